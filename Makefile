@@ -1,0 +1,113 @@
+# flashc -- build, test, benchmark, install.
+#
+#   make            build/libflashc.a, build/libflashc.so (+ the CUDA backend when nvcc is found)
+#   make run        set up what is missing, build, run flashc-bench on the best backend present
+#   make test       set up what is missing, build, run every test (C sweep, sanitizers, Python)
+#   make install    PREFIX=/usr/local: header, libraries, pkg-config file
+#
+# Sources are picked up by wildcard: src/*.c src/ref/*.c src/cpu/*.c and src/cuda/**/*.cu.
+# Files named *_avx512.c / *_avx2.c get their ISA flags; the library picks one at run time.
+
+CC      ?= cc
+VERSION := $(shell awk '/define FLASHC_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%s", s, $$3; s="."}' include/flashc.h)
+PREFIX  ?= /usr/local
+BUILD   ?= build
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# sm_80 and sm_90 SASS, plus sm_90a for the Hopper-only kernels once there are any.
+GPU_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
+
+CFLAGS_BASE = -std=c11 -O3 -g -Wall -Wextra -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L \
+              -DFLASHC_BUILD -Iinclude -Isrc
+CFLAGS     ?=
+LDLIBS      = -lm -lpthread
+
+AVX512_FLAGS = -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c
+AVX2_FLAGS   = -mavx2 -mfma -mf16c
+
+C_SRCS  = $(wildcard src/*.c src/ref/*.c src/cpu/*.c)
+C_OBJS  = $(patsubst %.c,$(BUILD)/%.o,$(C_SRCS))
+CU_SRCS = $(if $(NVCC),$(wildcard src/cuda/*.cu src/cuda/inst/*.cu))
+CU_OBJS = $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRCS))
+HDRS    = include/flashc.h $(wildcard src/*.h src/cpu/*.h src/ref/*.h src/cuda/*.h src/cuda/*.cuh)
+
+ifneq ($(CU_SRCS),)
+  CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CFLAGS_BASE += -DFLASHC_WITH_CUDA
+  NVCCFLAGS  ?= -O3 -std=c++17 $(GPU_ARCH) --threads 0 -Xptxas -warn-spills \
+                -Xcompiler -fPIC,-fvisibility=hidden -DFLASHC_BUILD -DFLASHC_WITH_CUDA -Iinclude -Isrc
+  # static cudart: the library needs only the driver at run time
+  LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -ldl -lrt -lstdc++
+endif
+
+.PHONY: all lib run test bench install clean info setup
+all: info lib
+
+info:
+	@echo "flashc build: CC=$(CC)"
+	@if [ -n "$(NVCC)" ]; then echo "  ✓ nvcc: $(NVCC) ($(words $(CU_SRCS)) CUDA sources)"; \
+	 else echo "  ✗ nvcc not found: building without the CUDA backend"; fi
+
+lib: $(BUILD)/libflashc.a $(BUILD)/libflashc.so
+
+$(BUILD)/%_avx512.o: %_avx512.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%_avx2.o: %_avx2.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/libflashc.a: $(C_OBJS) $(CU_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libflashc.so: $(C_OBJS) $(CU_OBJS)
+	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashc.so.0
+
+# ------------------------------------------------------------------------------------------------
+# tools, tests, benchmark
+
+TEST_CFLAGS = -std=c11 -O2 -g -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
+
+$(BUILD)/flashc-bench: bench/flashc_bench.c $(BUILD)/libflashc.a
+	$(CC) $(TEST_CFLAGS) $< -o $@ $(BUILD)/libflashc.a $(LDLIBS)
+
+$(BUILD)/test_%: tests/test_%.c tests/*.h $(BUILD)/libflashc.a
+	$(CC) $(TEST_CFLAGS) $< -o $@ $(BUILD)/libflashc.a $(LDLIBS)
+
+TEST_SRCS = $(wildcard tests/test_*.c)
+TEST_BINS = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
+
+bench: $(BUILD)/flashc-bench
+
+setup:
+	@sh scripts/setup.sh
+
+run: setup all $(BUILD)/flashc-bench
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/flashc-bench $(BENCH_ARGS)
+
+test: setup all $(TEST_BINS)
+	@sh tests/run_tests.sh $(BUILD)
+
+# ------------------------------------------------------------------------------------------------
+# install
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/flashc.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libflashc.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libflashc.so $(DESTDIR)$(PREFIX)/lib/libflashc.so.0
+	ln -sf libflashc.so.0 $(DESTDIR)$(PREFIX)/lib/libflashc.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' \
+	    flashc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashc.pc
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,202 @@
+/* flashc.h -- exact attention by the FlashAttention-2 algorithm, on CPUs and NVIDIA GPUs.
+ *
+ * The only public header: C11, no CUDA or intrinsics headers. Semantics follow FlashAttention-2
+ * (so users can switch without surprises); the contract is written out next to each function.
+ *
+ *   O = softmax(scale * Q K^T  [softcap] [+ ALiBi] [causal / sliding-window mask]) V
+ *
+ * Quick start:
+ *     flashc_ctx *ctx; flashc_ctx_create(&ctx, FLASHC_BACKEND_AUTO, 0);
+ *     flashc_attn_desc d = {0};
+ *     d.batch = B; d.seqlen_q = Sq; d.seqlen_k = Sk; d.heads = H; d.heads_kv = H; d.head_dim = D;
+ *     d.dtype = FLASHC_DTYPE_BF16; d.causal = 1;
+ *     flashc_fill_contiguous_strides(&d);
+ *     if (flashc_fwd(ctx, &d, q, k, v, o, lse, NULL, 0, NULL) != FLASHC_OK)
+ *         fprintf(stderr, "%s\n", flashc_ctx_last_error(ctx));
+ *     flashc_ctx_free(ctx);
+ *
+ * ABI: structs are zero-initialised by the caller; new fields are only ever taken from the
+ * `reserved` tail, so a binary built against an older header keeps working. Enum values are
+ * append-only and never reused.
+ */
+#ifndef FLASHC_H
+#define FLASHC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  if defined(FLASHC_BUILD)
+#    define FLASHC_API __declspec(dllexport)
+#  else
+#    define FLASHC_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define FLASHC_API __attribute__((visibility("default")))
+#else
+#  define FLASHC_API
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Version                                                                                     */
+
+#define FLASHC_VERSION_MAJOR 0
+#define FLASHC_VERSION_MINOR 1
+#define FLASHC_VERSION_PATCH 0
+#define FLASHC_VERSION_NUMBER (FLASHC_VERSION_MAJOR * 10000 + FLASHC_VERSION_MINOR * 100 + FLASHC_VERSION_PATCH)
+
+FLASHC_API unsigned    flashc_version_number(void); /* of the library actually loaded */
+FLASHC_API const char *flashc_version_string(void); /* "0.1.0" */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes. Append-only; values are never reused. 0 is success, negatives are errors.      */
+
+typedef enum flashc_status {
+    FLASHC_OK                  = 0,
+    FLASHC_ERR_INVALID_ARG     = -1, /* NULL pointer, bad size, bad stride, heads % heads_kv != 0 ... */
+    FLASHC_ERR_UNSUPPORTED     = -2, /* a valid request this backend/build cannot do (head_dim, dtype) */
+    FLASHC_ERR_NO_BACKEND      = -3, /* backend not compiled in, or no device */
+    FLASHC_ERR_ALLOC           = -4, /* out of host or device memory */
+    FLASHC_ERR_WORKSPACE_SMALL = -5, /* see flashc_fwd_workspace_size / flashc_bwd_workspace_size */
+    FLASHC_ERR_DEVICE          = -6, /* CUDA runtime or launch error; flashc_ctx_last_error has the text */
+    FLASHC_ERR_INTERNAL        = -7,
+} flashc_status;
+
+FLASHC_API const char *flashc_status_string(flashc_status s); /* never NULL */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Types                                                                                       */
+
+typedef enum flashc_dtype {
+    FLASHC_DTYPE_F32  = 0,
+    FLASHC_DTYPE_F16  = 1,
+    FLASHC_DTYPE_BF16 = 2,
+    FLASHC_DTYPE_E4M3 = 3, /* fp8 forward inputs (Hopper); reserved, not yet implemented */
+} flashc_dtype;
+
+typedef enum flashc_backend {
+    FLASHC_BACKEND_AUTO = 0, /* CUDA if compiled in and a device is present, else CPU */
+    FLASHC_BACKEND_REF  = 1, /* the plain fp64 reference: the specification, slow, host memory */
+    FLASHC_BACKEND_CPU  = 2, /* FlashAttention-2 on the CPU, host memory, internal thread pool */
+    FLASHC_BACKEND_CUDA = 3, /* FlashAttention-2 on an NVIDIA GPU, device memory, caller's stream */
+} flashc_backend;
+
+/* Problem description. Zero-initialise, then set the fields; zero means "default" for every
+ * optional field. One description serves the forward and the backward.
+ *
+ * Layout (element strides; the last dim, head_dim, is always contiguous):
+ *   batch mode   q, o, dout, dq : (batch, seqlen_q, heads,    head_dim)  strides [batch, seq, head]
+ *                k, v, dk, dv   : (batch, seqlen_k, heads_kv, head_dim)
+ *                lse            : fp32 (batch, heads, seqlen_q), contiguous
+ *   varlen mode  (cu_seqlens_q != NULL) q is (total_q, heads, head_dim), k/v (total_k, heads_kv,
+ *                head_dim); sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of q and
+ *                likewise of k/v; the [batch] stride is ignored; seqlen_q / seqlen_k are the
+ *                maximum sequence lengths (an upper bound the library checks), lse is fp32
+ *                (heads, total_q) contiguous, total_q = cu_seqlens_q[batch].
+ *
+ * Masking, aligned to the bottom-right corner like FlashAttention-2 (PyTorch's is_causal is
+ * top-left; ours is not): with sq, sk this sequence's lengths, query i sees key j iff
+ *     i + sk - sq - window_left  <=  j  <=  i + sk - sq + window_right
+ * where window_left / window_right = -1 means unbounded. causal = 1 means window_right = 0.
+ * The window is read only when use_window = 1 (a zeroed description has no window, since 0 is a
+ * valid window width); FlashAttention's window_size=(l, r) is use_window = 1, left = l, right = r.
+ *
+ * Score pipeline per (i, j): s = scale * q_i . k_j; if softcap > 0: s = softcap * tanh(s / softcap);
+ * if alibi: s -= slope * |i + sk - sq - j|; masked keys drop out.
+ *
+ * Rows that see no key (fully masked, or sk == 0) produce out = 0, lse = +inf, zero gradients.
+ */
+typedef struct flashc_attn_desc {
+    int32_t      batch;        /* >= 1 (number of sequences in varlen mode) */
+    int32_t      seqlen_q;     /* >= 0; max over sequences in varlen mode */
+    int32_t      seqlen_k;     /* >= 0; max over sequences in varlen mode */
+    int32_t      heads;        /* >= 1 query heads */
+    int32_t      heads_kv;     /* >= 1, heads % heads_kv == 0; query head h reads kv head h / (heads / heads_kv) */
+    int32_t      head_dim;     /* >= 1 (backends state their limits through flashc_supports) */
+    flashc_dtype dtype;        /* of q, k, v, o, dout, dq, dk, dv */
+
+    float        scale;        /* 0 => 1 / sqrt(head_dim); must be finite and > 0 otherwise */
+    float        softcap;      /* 0 => off; > 0 => s = softcap * tanh(s / softcap) */
+    int32_t      causal;       /* 0 or 1; 1 forces window_right = 0 */
+    int32_t      window_left;  /* -1 = unbounded; >= 0 a window; only read when use_window = 1 */
+    int32_t      window_right; /* -1 = unbounded; >= 0 a window; only read when use_window = 1 */
+    int32_t      use_window;   /* 0 => window_left = window_right = -1 (no window) */
+    const float *alibi_slopes; /* NULL => off; fp32, (heads) or (batch, heads), on the ctx's device */
+    int64_t      alibi_batch_stride; /* 0 => one slope per head shared by all batches; else heads */
+    int32_t      deterministic; /* 1 => bit-identical backward run to run (may cost speed) */
+
+    /* Element strides [batch, seq, head]. Zero strides everywhere for a tensor mean "contiguous";
+     * dout/dq/dk/dv all zero mean "same as o/q/k/v". */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+    int64_t do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+
+    /* Varlen (padding-free) batches. int32 arrays of batch + 1 non-decreasing offsets, on the
+     * ctx's device. seqused_k (optional, batch entries) caps the keys sequence b uses. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    const int32_t *seqused_k;
+
+    int64_t reserved[24]; /* must be zero; future fields come from here */
+} flashc_attn_desc;
+
+/* Fill the zero strides of q, k, v, o (and leave dout/dq/dk/dv "same as") for the contiguous
+ * (batch, seq, heads, head_dim) layout, or (total, heads, head_dim) in varlen mode. */
+FLASHC_API void flashc_fill_contiguous_strides(flashc_attn_desc *d);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context: one per calling thread. Owns the CPU thread pool, the chosen CPU kernels, cached   */
+/* CUDA device properties, and the text of the last error.                                    */
+
+typedef struct flashc_ctx flashc_ctx;
+
+/* n_threads: CPU worker threads, 0 => all online cores (FLASHC_NUM_THREADS overrides).
+ * For CUDA the ctx uses the device current at creation. */
+FLASHC_API flashc_status flashc_ctx_create(flashc_ctx **out, flashc_backend backend, int n_threads);
+FLASHC_API void          flashc_ctx_free(flashc_ctx *ctx); /* accepts NULL */
+FLASHC_API flashc_backend flashc_ctx_backend(const flashc_ctx *ctx); /* the resolved backend */
+/* The message of the last failed call on ctx: which argument, what was expected. "" if none.
+ * Valid until the next call on ctx. */
+FLASHC_API const char   *flashc_ctx_last_error(const flashc_ctx *ctx);
+
+/* FLASHC_OK if the ctx's backend can run this problem (forward and backward), else the status
+ * flashc_fwd would return, with the reason in flashc_ctx_last_error. Reads no tensor memory
+ * except cu_seqlens (host backends). */
+FLASHC_API flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d);
+
+/* Workspace sizes in bytes (on the ctx's device). 0 means none is needed. The sizes depend only on
+ * the description and the ctx (thread count), never on tensor contents. */
+FLASHC_API size_t flashc_fwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d);
+FLASHC_API size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d);
+
+/* Forward: writes o and (if lse != NULL) lse.
+ *   q, k, v, o: see the layout above, dtype d->dtype, on the ctx's device.
+ *   lse: fp32 natural-log log-sum-exp of the scaled scores, (batch, heads, seqlen_q) or (heads, total_q);
+ *        may be NULL when not needed (the backward needs it).
+ *   workspace: at least flashc_fwd_workspace_size bytes, 64-byte aligned; or NULL with size 0, in
+ *        which case the ctx uses a buffer of its own, grown on first need (one allocation per growth).
+ *   stream: a cudaStream_t for CUDA (NULL = legacy default stream), ignored elsewhere.
+ * @return FLASHC_OK or a negative status; on error nothing is written.
+ * Note: o must not alias q, k or v. */
+FLASHC_API flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d,
+                                    const void *q, const void *k, const void *v,
+                                    void *o, float *lse,
+                                    void *workspace, size_t workspace_size, void *stream);
+
+/* Backward: given dout, and o and lse from flashc_fwd on the same inputs, writes dq, dk, dv
+ * (dtype d->dtype, strides dq/dk/dv_stride). dk and dv sum over the query heads of a GQA group.
+ * workspace as for the forward (fp32 dQ accumulators, D = rowsum(dO * O)).
+ * d->deterministic = 1 gives bit-identical results run to run (the CPU backend always is). */
+FLASHC_API flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d,
+                                    const void *q, const void *k, const void *v,
+                                    const void *o, const float *lse, const void *dout,
+                                    void *dq, void *dk, void *dv,
+                                    void *workspace, size_t workspace_size, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHC_H */

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs what the build, tests and benchmark need and this machine lacks (Debian + PyPI).
+# Idempotent and quiet when everything is present; safe to run on every `make run` / `make test`.
+set -e
+need_apt=""
+command -v cc >/dev/null 2>&1 || need_apt="$need_apt build-essential"
+[ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ] || \
+  [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || need_apt="$need_apt libopenblas-dev"
+if [ -n "$need_apt" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing$need_apt"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need_apt >/dev/null
+  else
+    echo "setup: missing$need_apt (install them; continuing without)"
+  fi
+fi
+if command -v python3 >/dev/null 2>&1; then
+  if ! python3 -c "import numpy, pytest, ml_dtypes" >/dev/null 2>&1; then
+    echo "setup: pip installing numpy pytest ml_dtypes"
+    python3 -m pip install -q numpy pytest ml_dtypes || echo "setup: pip install failed; Python tests will be skipped"
+  fi
+fi

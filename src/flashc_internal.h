@@ -1,0 +1,260 @@
+// flashc_internal.h -- private to the library: the resolved problem every backend receives, the
+// backend function table, the context, error recording, and small helpers shared by backends
+// (dtype conversion, per-sequence offsets, the mask as a key range).
+//
+// Validation happens once, in src/flashc.c, before dispatch. Backends may assume a valid,
+// resolved flashc_problem and never re-check user input.
+#ifndef FLASHC_INTERNAL_H
+#define FLASHC_INTERNAL_H
+
+#include "flashc.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHC_INTERNAL __attribute__((visibility("hidden")))
+
+// ------------------------------------------------------------------------------------------------
+// the resolved problem
+
+// Everything a backend needs, with defaults applied:
+//   strides filled in (dout/dq/dk/dv resolved from o/q/k/v), scale resolved,
+//   window resolved into [window_left, window_right] with -1 = unbounded and causal folded in,
+//   varlen offsets copied to host memory (cu_q_host, cu_k_host, seqused_k_host; NULL in batch mode).
+typedef struct flashc_problem {
+    int32_t B, Sq, Sk, H, H_kv, D;   // Sq, Sk: max lengths in varlen mode
+    int32_t group;                   // H / H_kv
+    flashc_dtype dtype;
+    float scale;                     // resolved, > 0
+    float softcap;                   // 0 = off
+    int32_t window_left, window_right; // -1 = unbounded; causal => window_right = 0
+    int32_t is_causal;               // the user asked for causal (window_right == 0 too)
+    const float *alibi_slopes;       // NULL = off (device pointer for CUDA)
+    int64_t alibi_batch_stride;      // 0 = per head only
+    int32_t deterministic;
+    int32_t varlen;                  // 1 if cu_seqlens were given
+    int64_t total_q, total_k;        // rows of q and of k/v (B*Sq and B*Sk in batch mode)
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+    int64_t do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+    const int32_t *cu_q, *cu_k, *seqused_k;        // user pointers, on the ctx's device
+    const int32_t *cu_q_host, *cu_k_host, *seqused_k_host; // host copies (NULL in batch mode)
+} flashc_problem;
+
+// One sequence of the batch: its lengths and the row offsets of its first q row and k row.
+// In batch mode row offsets are 0 and the batch stride is used; in varlen mode the batch stride
+// is 0 and rows start at cu_seqlens[b]. Element offset of (b, i, h) in q is
+//     q_b + i * q_stride[1] + h * q_stride[2]   with q_b = flashc__seq(...).q_base
+typedef struct flashc_seq {
+    int32_t sq, sk;       // lengths (sk already capped by seqused_k)
+    int64_t q_row0, k_row0; // first row in the packed (varlen) tensors, 0 in batch mode
+} flashc_seq;
+
+static inline flashc_seq flashc__seq(const flashc_problem *p, int b) {
+    flashc_seq s;
+    if (p->varlen) {
+        s.q_row0 = p->cu_q_host[b];
+        s.k_row0 = p->cu_k_host[b];
+        s.sq = p->cu_q_host[b + 1] - p->cu_q_host[b];
+        s.sk = p->cu_k_host[b + 1] - p->cu_k_host[b];
+    } else {
+        s.q_row0 = 0;
+        s.k_row0 = 0;
+        s.sq = p->Sq;
+        s.sk = p->Sk;
+    }
+    if (p->seqused_k_host && p->seqused_k_host[b] < s.sk) s.sk = p->seqused_k_host[b];
+    return s;
+}
+
+// Element offset of row i of sequence b (head 0) for a tensor with the given strides.
+static inline int64_t flashc__row_off(const flashc_problem *p, const int64_t st[3], int b, int64_t row0, int64_t i) {
+    return p->varlen ? (row0 + i) * st[1] : (int64_t)b * st[0] + i * st[1];
+}
+
+// Index of lse for (b, h, i): (B, H, Sq) in batch mode, (H, total_q) in varlen mode.
+static inline int64_t flashc__lse_off(const flashc_problem *p, int b, int h, const flashc_seq *s, int64_t i) {
+    return p->varlen ? (int64_t)h * p->total_q + s->q_row0 + i
+                     : ((int64_t)b * p->H + h) * p->Sq + i;
+}
+
+// The mask of query row i as the half-open key range [*lo, *hi) it sees (possibly empty):
+//     i + sk - sq - left <= j <= i + sk - sq + right     (bottom-right aligned, FA2 semantics)
+static inline void flashc__key_range(const flashc_problem *p, int64_t i, int32_t sq, int32_t sk,
+                                     int64_t *lo, int64_t *hi) {
+    int64_t diag = i + sk - sq;
+    int64_t l = p->window_left < 0 ? 0 : diag - p->window_left;
+    int64_t h = p->window_right < 0 ? sk : diag + p->window_right + 1;
+    if (l < 0) l = 0;
+    if (h > sk) h = sk;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
+// ALiBi slope of (b, h), 0 when ALiBi is off. The bias added to s_ij is -slope * |i + sk - sq - j|.
+static inline float flashc__alibi_slope(const flashc_problem *p, int b, int h) {
+    return p->alibi_slopes ? p->alibi_slopes[(int64_t)b * p->alibi_batch_stride + h] : 0.0f;
+}
+
+// ------------------------------------------------------------------------------------------------
+// dtype conversion (portable bit manipulation; round to nearest even)
+
+static inline float flashc__bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t flashc__f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float flashc__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { // subnormal: value = man * 2^-24
+            float f = (float)man * 5.9604644775390625e-8f;
+            memcpy(&u, &f, 4);
+            u |= sign;
+        }
+    } else {
+        u = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t flashc__f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;                    // NaN
+    if (a >= 0x477ff000u) return sign | 0x7c00u;                   // >= 65520 rounds to inf
+    if (a < 0x38800000u) {                                         // subnormal or zero in f16
+        float af;
+        memcpy(&af, &a, 4);
+        // af * 2^24 rounded to nearest even integer gives the subnormal mantissa
+        float m = af * 16777216.0f;
+        float r = nearbyintf(m);
+        return sign | (uint16_t)r;
+    }
+    uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);                   // round mantissa to 10 bits
+    return sign | (uint16_t)((r - 0x38000000u) >> 13);
+}
+
+// Load element idx of a tensor of dtype t as float / store a float as dtype t.
+static inline float flashc__load(const void *base, int64_t idx, flashc_dtype t) {
+    switch (t) {
+    case FLASHC_DTYPE_F16: return flashc__f16_to_f32(((const uint16_t *)base)[idx]);
+    case FLASHC_DTYPE_BF16: return flashc__bf16_to_f32(((const uint16_t *)base)[idx]);
+    default: return ((const float *)base)[idx];
+    }
+}
+
+static inline void flashc__store(void *base, int64_t idx, flashc_dtype t, float x) {
+    switch (t) {
+    case FLASHC_DTYPE_F16: ((uint16_t *)base)[idx] = flashc__f32_to_f16(x); break;
+    case FLASHC_DTYPE_BF16: ((uint16_t *)base)[idx] = flashc__f32_to_bf16(x); break;
+    default: ((float *)base)[idx] = x; break;
+    }
+}
+
+static inline size_t flashc__dtype_size(flashc_dtype t) {
+    return t == FLASHC_DTYPE_F32 ? 4 : t == FLASHC_DTYPE_E4M3 ? 1 : 2;
+}
+
+// ------------------------------------------------------------------------------------------------
+// backends
+
+typedef struct flashc_fwd_args {
+    const void *q, *k, *v;
+    void *o;
+    float *lse;          // may be NULL
+    void *ws;            // at least fwd_workspace_size bytes (NULL iff that size is 0)
+    size_t ws_size;
+    void *stream;
+} flashc_fwd_args;
+
+typedef struct flashc_bwd_args {
+    const void *q, *k, *v, *o, *dout;
+    const float *lse;
+    void *dq, *dk, *dv;
+    void *ws;
+    size_t ws_size;
+    void *stream;
+} flashc_bwd_args;
+
+typedef struct flashc_backend_ops {
+    const char *name;
+    flashc_status (*init)(flashc_ctx *ctx);           // may be NULL; sets ctx->priv
+    void (*fini)(flashc_ctx *ctx);                    // may be NULL
+    // FLASHC_OK or UNSUPPORTED (with a message through flashc__fail) for a valid problem
+    flashc_status (*supports)(flashc_ctx *ctx, const flashc_problem *p);
+    size_t (*fwd_ws)(flashc_ctx *ctx, const flashc_problem *p);
+    size_t (*bwd_ws)(flashc_ctx *ctx, const flashc_problem *p);
+    flashc_status (*fwd)(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a);
+    flashc_status (*bwd)(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a);
+    // copy n int32 from the backend's memory to the host (NULL: host memory, plain memcpy)
+    flashc_status (*read_i32)(flashc_ctx *ctx, int32_t *dst, const int32_t *src, int64_t n);
+    // allocate / free backend memory, 256-byte aligned (NULL: aligned_alloc / free). Used for the
+    // ctx-owned workspace, and by tests and benchmarks to stage tensors.
+    void *(*ws_alloc)(flashc_ctx *ctx, size_t bytes);
+    void (*ws_free)(flashc_ctx *ctx, void *ptr);
+    // copy bytes host -> backend memory (to_backend = 1) or backend -> host (0), synchronously
+    // (NULL: host memory, memcpy). For tests and benchmarks.
+    flashc_status (*copy)(flashc_ctx *ctx, void *dst, const void *src, size_t bytes, int to_backend);
+} flashc_backend_ops;
+
+FLASHC_INTERNAL extern const flashc_backend_ops flashc__ref_ops;
+FLASHC_INTERNAL extern const flashc_backend_ops flashc__cpu_ops;
+#ifdef FLASHC_WITH_CUDA
+FLASHC_INTERNAL extern const flashc_backend_ops flashc__cuda_ops;
+FLASHC_INTERNAL int flashc__cuda_device_present(void);
+#endif
+
+// The fp64 reference on fp64 tensors (the specification; used by the REF backend, which converts
+// its inputs to double, and by the tests, e.g. the finite-difference check). Same layouts and
+// strides as the problem describes, but every tensor is double; lse is double too.
+FLASHC_INTERNAL void flashc__ref_fwd_f64(const flashc_problem *p, const double *q, const double *k,
+                                         const double *v, double *o, double *lse);
+FLASHC_INTERNAL void flashc__ref_bwd_f64(const flashc_problem *p, const double *q, const double *k,
+                                         const double *v, const double *o, const double *lse,
+                                         const double *dout, double *dq, double *dk, double *dv);
+
+struct flashc_ctx {
+    flashc_backend backend;          // resolved (never AUTO)
+    const flashc_backend_ops *ops;
+    int n_threads;                   // CPU worker threads (>= 1)
+    void *priv;                      // the backend's own state
+    void *ws;                        // ctx-owned workspace, used when the caller passes none
+    size_t ws_size;
+    int32_t *host_i32;               // host copies of cu_seqlens / seqused_k (grown on demand)
+    size_t host_i32_cap;
+    char err[512];
+};
+
+// Record a formatted message in ctx->err and return status (ctx may be NULL).
+FLASHC_INTERNAL flashc_status flashc__fail(flashc_ctx *ctx, flashc_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif // FLASHC_INTERNAL_H
