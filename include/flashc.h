@@ -140,11 +140,22 @@ typedef struct flashc_attn_desc {
     const int32_t *cu_seqlens_k;
     const int32_t *seqused_k;
 
-    int64_t reserved[24]; /* must be zero; future fields come from here */
+    /* Paged K/V (PagedAttention), forward only, any page size >= 1. With block_table != NULL, k and
+     * v are pools of pages (num_pages, page_size, heads_kv, head_dim) whose k_stride[0] / v_stride[0]
+     * step from page to page; key j of sequence b is row j % page_size of page
+     * block_table[b * block_table_stride + j / page_size]. The key count of sequence b is seqlen_k,
+     * or its cu_seqlens_k / seqused_k / cache length where those are given. */
+    const int32_t *block_table;   /* int32 (batch, block_table_stride), on the ctx's device */
+    int64_t block_table_stride;   /* >= ceil(seqlen_k / page_size) */
+    int32_t page_size;            /* >= 1 */
+    int32_t num_pages;            /* pages in the pool; every block_table entry used is < num_pages */
+
+    int64_t reserved[21]; /* must be zero; future fields come from here */
 } flashc_attn_desc;
 
 /* Fill the zero strides of q, k, v, o (and leave dout/dq/dk/dv "same as") for the contiguous
- * (batch, seq, heads, head_dim) layout, or (total, heads, head_dim) in varlen mode. */
+ * (batch, seq, heads, head_dim) layout, or (total, heads, head_dim) in varlen mode, or
+ * (num_pages, page_size, heads_kv, head_dim) for paged k and v. */
 FLASHC_API void flashc_fill_contiguous_strides(flashc_attn_desc *d);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -195,6 +206,78 @@ FLASHC_API flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d,
                                     const void *o, const float *lse, const void *dout,
                                     void *dq, void *dk, void *dv,
                                     void *workspace, size_t workspace_size, void *stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV cache (decode): FlashAttention-2's flash_attn_with_kvcache.                               */
+
+/* The cache is described by the flashc_attn_desc passed with it: k_stride / v_stride are the
+ * cache's strides, seqlen_k is its capacity per sequence (or max_pages * page_size when paged),
+ * batch, heads, heads_kv, head_dim, dtype, scale, softcap, causal, window and ALiBi mean what they
+ * mean for flashc_fwd. seqlen_q is the number of new query tokens (1 for plain decode).
+ *
+ * Per sequence b, with c = cache_seqlens[b] tokens already in the cache:
+ *   1. if k_new / v_new are given, their seqlen_new tokens are written into the cache at positions
+ *      c .. c + seqlen_new - 1 (rotary applied to k_new first, at those positions);
+ *   2. q is rotated (if rotary is on) at positions c + i when causal or windowed, c otherwise (as
+ *      FlashAttention-2 does);
+ *   3. q attends to keys 0 .. c + seqlen_new - 1 of the cache, the mask aligned bottom-right.
+ * Rows that see no key produce out = 0, lse = +inf. The append happens in place, before the attention. */
+typedef struct flashc_kvcache_desc {
+    const int32_t *cache_seqlens;   /* int32 (batch): tokens in the cache before the append; NULL => seqlen_k */
+    const int32_t *cache_batch_idx; /* int32 (batch): cache row of sequence b; NULL => b (not with paging) */
+    int32_t seqlen_new;             /* tokens in k_new / v_new per sequence; 0 => no append */
+    int64_t knew_stride[3], vnew_stride[3]; /* (batch, seqlen_new, heads_kv, head_dim); zero => contiguous */
+
+    /* Rotary embedding (RoPE) on q and k_new: cos and sin are (seqlen_ro, rotary_dim / 2) in the
+     * desc's dtype (fp32 for fp32), contiguous. The first rotary_dim dims of each head are rotated:
+     * interleaved pairs (x0, x1), (x2, x3) ... (GPT-J) when rotary_interleaved, else halves
+     * (x_i, x_{i + rotary_dim/2}) (GPT-NeoX). NULL cos => no rotary. */
+    const void *rotary_cos, *rotary_sin;
+    int32_t rotary_dim;             /* even, <= head_dim */
+    int32_t rotary_interleaved;     /* 0 or 1 */
+    int32_t seqlen_ro;              /* rows of cos / sin; every rotated position must be < seqlen_ro */
+
+    int32_t num_splits;             /* split-KV (flash-decoding): 0 => chosen by the library, 1 => none */
+    int64_t reserved[16];           /* must be zero */
+} flashc_kvcache_desc;
+
+FLASHC_API size_t flashc_kvcache_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d,
+                                                const flashc_kvcache_desc *kv);
+
+/* q: (batch, seqlen_q, heads, head_dim) with d->q_stride; k_cache, v_cache: the cache (or page
+ * pools) with d->k_stride / d->v_stride; k_new, v_new: NULL or (batch, seqlen_new, heads_kv,
+ * head_dim); o, lse as in flashc_fwd. Writes o, lse and the appended cache rows, nothing else. */
+FLASHC_API flashc_status flashc_fwd_kvcache(flashc_ctx *ctx, const flashc_attn_desc *d,
+                                            const flashc_kvcache_desc *kv, const void *q,
+                                            void *k_cache, void *v_cache,
+                                            const void *k_new, const void *v_new,
+                                            void *o, float *lse,
+                                            void *workspace, size_t workspace_size, void *stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Merge: combine partial attention results over disjoint key sets into the exact result.      */
+/* The core of split-KV decoding, cascade attention and ring attention across devices.         */
+/*                                                                                             */
+/*   lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * out_s                        */
+/*                                                                                             */
+/* A part with lse_s = +inf saw no key (flashc's convention) and contributes nothing; if no part */
+/* saw a key, out = 0 and lse = +inf.                                                          */
+typedef struct flashc_merge_desc {
+    int32_t n_parts;                /* >= 1 */
+    int32_t batch, seqlen, heads, head_dim; /* each part's out is (batch, seqlen, heads, head_dim) */
+    flashc_dtype part_dtype;        /* of out_parts (F32 keeps the partials exact) */
+    flashc_dtype out_dtype;         /* of out */
+    int64_t part_stride[4];         /* element strides [part, batch, seq, head]; zero => contiguous */
+    int64_t out_stride[3];          /* [batch, seq, head]; zero => contiguous */
+    /* lse_parts: fp32 (n_parts, batch, heads, seqlen) contiguous; lse: fp32 (batch, heads, seqlen) */
+    int64_t reserved[8];            /* must be zero */
+} flashc_merge_desc;
+
+/* out may be the same memory as part 0 (same dtype and strides) and lse as lse_parts[0]: then the
+ * merge is in place, as ring attention uses it. lse may be NULL. */
+FLASHC_API flashc_status flashc_merge(flashc_ctx *ctx, const flashc_merge_desc *m,
+                                      const void *out_parts, const float *lse_parts,
+                                      void *out, float *lse, void *stream);
 
 #ifdef __cplusplus
 }

@@ -125,7 +125,7 @@ void flashc_fill_contiguous_strides(flashc_attn_desc *d) {
         if (!ks[t][0] && !ks[t][1] && !ks[t][2]) {
             ks[t][2] = D;
             ks[t][1] = hk;
-            ks[t][0] = hk * d->seqlen_k;
+            ks[t][0] = hk * (d->block_table ? d->page_size : d->seqlen_k);
         }
     }
 }
@@ -158,20 +158,21 @@ static int strides_overlap(int64_t batch, int64_t rows, int64_t heads, int64_t D
     return 0;
 }
 
-static flashc_status check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as,
-                                  const flashc_problem *p, int64_t rows_per_batch, int64_t total_rows, int64_t heads) {
+// A tensor of `batch` x `rows` x `heads` head vectors (varlen: batch = 1, rows = total, [batch] stride
+// ignored) with strides st: fills "same as" strides, then rejects negative or overlapping ones.
+static flashc_status check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as, int varlen,
+                                  int64_t batch, int64_t rows, int64_t heads, int32_t D) {
     if (same_as && !st[0] && !st[1] && !st[2]) memcpy(st, same_as, 3 * sizeof *st);
-    if (p->varlen) st[0] = 0;
+    if (varlen) st[0] = 0;
     for (int i = 0; i < 3; i++)
         if (st[i] < 0)
             FAIL(ctx, FLASHC_ERR_INVALID_ARG, "%s_stride[%d] = %lld: strides must be >= 0", name, i, (long long)st[i]);
-    if (p->varlen ? strides_overlap(1, total_rows, heads, p->D, st, 1)
-                  : strides_overlap(p->B, rows_per_batch, heads, p->D, st, 0))
+    if (strides_overlap(batch, rows, heads, D, st, varlen))
         FAIL(ctx, FLASHC_ERR_INVALID_ARG,
-             "%s_stride = [%lld, %lld, %lld]: overlapping or inconsistent strides for a (%s, %lld, %lld, %d) "
+             "%s_stride = [%lld, %lld, %lld]: overlapping or inconsistent strides for a (%lld, %lld, %lld, %d) "
              "tensor (the head stride must be >= head_dim, the seq stride must step past all heads, ...)",
-             name, (long long)st[0], (long long)st[1], (long long)st[2], p->varlen ? "total" : "batch",
-             (long long)(p->varlen ? total_rows : rows_per_batch), (long long)heads, p->D);
+             name, (long long)st[0], (long long)st[1], (long long)st[2], (long long)batch, (long long)rows,
+             (long long)heads, D);
     return FLASHC_OK;
 }
 
@@ -294,6 +295,32 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
             if (p->seqused_k_host[b] < 0)
                 FAIL(ctx, FLASHC_ERR_INVALID_ARG, "seqused_k[%d] = %d: must be >= 0", b, p->seqused_k_host[b]);
 
+    // paged K/V: the table's shape here; its entries are checked where the table is host memory
+    // (a device table would cost a copy per call: the CUDA kernels clamp page indices instead)
+    if (d->block_table) {
+        if (d->page_size < 1) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "page_size = %d: must be >= 1", d->page_size);
+        if (d->num_pages < 1) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "num_pages = %d: must be >= 1", d->num_pages);
+        int64_t pages_per_seq = ((int64_t)p->Sk + d->page_size - 1) / d->page_size;
+        if (d->block_table_stride < pages_per_seq)
+            FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table_stride = %lld: must be >= ceil(seqlen_k / page_size) = %lld",
+                 (long long)d->block_table_stride, (long long)pages_per_seq);
+        if (!ctx->ops->read_i32) {
+            for (int b = 0; b < p->B; b++) {
+                flashc_seq s = flashc__seq(p, b);
+                for (int64_t i = 0; i < (s.sk + d->page_size - 1) / d->page_size; i++) {
+                    int32_t page = d->block_table[(int64_t)b * d->block_table_stride + i];
+                    if (page < 0 || page >= d->num_pages)
+                        FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table[%d][%lld] = %d: must be in [0, num_pages = %d)", b,
+                             (long long)i, page, d->num_pages);
+                }
+            }
+        }
+        p->block_table = d->block_table;
+        p->block_table_stride = d->block_table_stride;
+        p->page_size = d->page_size;
+        p->num_pages = d->num_pages;
+    }
+
     // strides (zero = contiguous for q/k/v/o; zero = same-as for the gradients)
     memcpy(p->q_stride, d->q_stride, sizeof p->q_stride);
     memcpy(p->k_stride, d->k_stride, sizeof p->k_stride);
@@ -313,16 +340,22 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
         memcpy(p->o_stride, tmp.o_stride, sizeof p->o_stride);
     }
     flashc_status st;
-    int64_t tq = p->total_q, tk = p->total_k;
-    if ((st = check_tensor(ctx, "q", p->q_stride, NULL, p, p->Sq, tq, p->H)) != FLASHC_OK) return st;
-    if ((st = check_tensor(ctx, "k", p->k_stride, NULL, p, p->Sk, tk, p->H_kv)) != FLASHC_OK) return st;
-    if ((st = check_tensor(ctx, "v", p->v_stride, NULL, p, p->Sk, tk, p->H_kv)) != FLASHC_OK) return st;
-    if ((st = check_tensor(ctx, "o", p->o_stride, NULL, p, p->Sq, tq, p->H)) != FLASHC_OK) return st;
+    // q-like tensors: (B, Sq) rows, or total_q rows in varlen mode; k-like: (B, Sk) / total_k, or
+    // (num_pages, page_size) when paged
+    int vl = p->varlen, kvl = p->varlen && !p->block_table;
+    int64_t qb = vl ? 1 : p->B, qr = vl ? p->total_q : p->Sq;
+    int64_t kb = p->block_table ? p->num_pages : kvl ? 1 : p->B;
+    int64_t kr = p->block_table ? p->page_size : kvl ? p->total_k : p->Sk;
+    if ((st = check_tensor(ctx, "q", p->q_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+    if ((st = check_tensor(ctx, "k", p->k_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+    if ((st = check_tensor(ctx, "v", p->v_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+    if ((st = check_tensor(ctx, "o", p->o_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
     if (for_bwd) {
-        if ((st = check_tensor(ctx, "do", p->do_stride, p->o_stride, p, p->Sq, tq, p->H)) != FLASHC_OK) return st;
-        if ((st = check_tensor(ctx, "dq", p->dq_stride, p->q_stride, p, p->Sq, tq, p->H)) != FLASHC_OK) return st;
-        if ((st = check_tensor(ctx, "dk", p->dk_stride, p->k_stride, p, p->Sk, tk, p->H_kv)) != FLASHC_OK) return st;
-        if ((st = check_tensor(ctx, "dv", p->dv_stride, p->v_stride, p, p->Sk, tk, p->H_kv)) != FLASHC_OK) return st;
+        if (p->block_table) FAIL(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: paged K/V is forward only");
+        if ((st = check_tensor(ctx, "do", p->do_stride, p->o_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+        if ((st = check_tensor(ctx, "dq", p->dq_stride, p->q_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+        if ((st = check_tensor(ctx, "dk", p->dk_stride, p->k_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+        if ((st = check_tensor(ctx, "dv", p->dv_stride, p->v_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
     }
     return ctx->ops->supports(ctx, p);
 }

@@ -43,6 +43,14 @@ typedef struct flashc_problem {
     int64_t do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
     const int32_t *cu_q, *cu_k, *seqused_k;        // user pointers, on the ctx's device
     const int32_t *cu_q_host, *cu_k_host, *seqused_k_host; // host copies (NULL in batch mode)
+    // Paged K/V (forward only): key j of sequence b is row j % page_size of page
+    // block_table[b * block_table_stride + j / page_size]; k_stride[0] is the page stride.
+    const int32_t *block_table;      // NULL = not paged (device pointer for CUDA)
+    int64_t block_table_stride;
+    int32_t page_size, num_pages;
+    // KV cache (flashc_fwd_kvcache only): sequence b reads cache row cache_batch_idx[b] (batch stride
+    // of k/v); NULL = b. Host pointer for host backends, device pointer for CUDA.
+    const int32_t *cache_batch_idx;
 } flashc_problem;
 
 // One sequence of the batch: its lengths and the row offsets of its first q row and k row.
@@ -74,6 +82,18 @@ static inline flashc_seq flashc__seq(const flashc_problem *p, int b) {
 // Element offset of row i of sequence b (head 0) for a tensor with the given strides.
 static inline int64_t flashc__row_off(const flashc_problem *p, const int64_t st[3], int b, int64_t row0, int64_t i) {
     return p->varlen ? (row0 + i) * st[1] : (int64_t)b * st[0] + i * st[1];
+}
+
+// Element offset of key row j of sequence b (head 0) in a k-like tensor (k, v, dk, dv) with strides
+// st: through the block table when paged, the cache row when cache_batch_idx is set, else as
+// flashc__row_off. Host backends only (the tables are host memory there).
+static inline int64_t flashc__k_off(const flashc_problem *p, const int64_t st[3], int b, const flashc_seq *s, int64_t j) {
+    if (p->block_table) {
+        int64_t page = p->block_table[(int64_t)b * p->block_table_stride + j / p->page_size];
+        return page * st[0] + (j % p->page_size) * st[1];
+    }
+    if (p->cache_batch_idx) return (int64_t)p->cache_batch_idx[b] * st[0] + j * st[1];
+    return flashc__row_off(p, st, b, s->k_row0, j);
 }
 
 // Index of lse for (b, h, i): (B, H, Sq) in batch mode, (H, total_q) in varlen mode.
