@@ -1,0 +1,378 @@
+"""_torch.py -- flashc for torch tensors: the C calls, two torch.library custom ops, and autograd.
+
+  flashc::fwd  (q, k, v, ...) -> (out, lse)       fake impl: shapes only, for torch.compile
+  flashc::bwd  (dout, q, k, v, out, lse, dq!, dk!, dv!, ...) -> ()   writes dq, dk, dv in place
+  AttentionFunction   torch.autograd.Function: saves q, k, v, out, lse; backward calls flashc::bwd.
+
+Eager calls go straight to the C call (the custom-op dispatcher costs microseconds that a tiny
+attention cannot hide); under torch.compile the ops are what gets traced, so
+torch.compile(fullgraph=True) sees no graph break. Tensors are passed as data pointer + strides on
+their own device (CPU backend for CPU tensors, CUDA backend for CUDA tensors) and the work is
+queued on the current CUDA stream, with the workspace taken from torch's caching allocator, so the
+calls can be captured in a CUDA graph.
+
+Imported lazily by flashc.attention the first time it sees a torch tensor.
+"""
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._api import POISON, check_1d, check_alibi, geometry, make_desc
+
+_DTYPES = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16, torch.bfloat16: _lib.DTYPE_BF16}
+if hasattr(torch, "float8_e4m3fn"):
+    _DTYPES[torch.float8_e4m3fn] = _lib.DTYPE_E4M3
+
+# Zero-element tensors may have a NULL data pointer, which C rightly rejects as "q is NULL"; C never
+# reads or writes through it when there are no elements, so any valid address serves -- a distinct
+# one per argument, or C would see outputs aliasing inputs.
+_EMPTY = ctypes.create_string_buffer(64 * 9)
+_E = [ctypes.addressof(_EMPTY) + 64 * i for i in range(9)]
+
+
+def _ptrs(*ts):
+    return tuple(t.data_ptr() or _E[i] for i, t in enumerate(ts))
+
+
+_CONTIGUOUS = torch.contiguous_format
+
+
+def _last_contig(t):
+    # the C layout has no stride for head_dim; flash-attn makes the same copy in this case
+    return t.contiguous() if t.shape[-1] > 1 and t.stride(-1) != 1 else t
+
+
+def _same_device(q, name, t):
+    if t is not None and t.device != q.device:
+        raise ValueError(f"flashc: {name} is on {t.device} but q is on {q.device}; all tensors must share a device")
+
+
+def _i32(t, name, q):
+    if t is None:
+        return None
+    _same_device(q, name, t)
+    if t.dtype != torch.int32:
+        t = t.to(torch.int32)
+    return t.contiguous()
+
+
+class _Cuda:
+    """The ctx, stream and current-device guard for a call on a CUDA device."""
+
+    __slots__ = ("ctx", "stream", "guard", "device")
+
+    def __init__(self, dev):
+        self.device = dev
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        # the C library works on the current device, as torch's own kernels do
+        self.guard = torch.cuda.device(idx) if torch.cuda.current_device() != idx else None
+        if self.guard is not None:
+            self.guard.__enter__()
+        try:
+            self.ctx = _lib.get_ctx(_lib.BACKEND_CUDA, idx)
+            self.stream = torch.cuda.current_stream(dev).cuda_stream
+        except BaseException:
+            self.close()
+            raise
+
+    def workspace(self, size_fn, desc):
+        """(pointer, size, owner) of a per-call workspace from torch's caching allocator: ordered on
+        the current stream, and private to a CUDA graph while one is being captured."""
+        n = size_fn(self.ctx, desc)
+        if n == 0:
+            return None, 0, None
+        buf = torch.empty(n, dtype=torch.uint8, device=self.device)
+        return buf.data_ptr(), n, buf
+
+    def close(self):
+        if self.guard is not None:
+            self.guard.__exit__(None, None, None)
+            self.guard = None
+
+
+def _call(fn, ws_fn, desc, q, ptrs, what):
+    """Run flashc_fwd / flashc_bwd for tensors on q's device."""
+    dev = q.device
+    if dev.type == "cpu":
+        ctx = _lib.get_ctx(_lib.BACKEND_CPU)
+        status = fn(ctx, desc, *ptrs, None, 0, None)
+    elif dev.type == "cuda":
+        run = _Cuda(dev)
+        try:
+            ctx = run.ctx
+            ws, wsz, _keep = run.workspace(ws_fn, desc)
+            status = fn(ctx, desc, *ptrs, ws, wsz, run.stream)
+        finally:
+            run.close()
+    else:
+        raise NotImplementedError(f"flashc: tensors on {dev} are not supported (cpu and cuda are)")
+    if status:
+        _lib.raise_status(ctx, status, what)
+
+
+def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k):
+    """Checks C cannot make (shapes it does not see, dtypes, devices) and the desc's arguments."""
+    dt = _DTYPES.get(q.dtype)
+    if dt is None:
+        raise ValueError(f"flashc: q.dtype = {q.dtype}: flashc takes float32, float16 and bfloat16 tensors")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"flashc: q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    dev = q.device
+    if k.device != dev or v.device != dev:
+        raise ValueError(f"flashc: q, k, v must be on one device, got {dev}, {k.device}, {v.device}")
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    cu_qp = cu_kp = usedp = alp = albs = 0
+    keep = None
+    if varlen:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            raise ValueError("flashc: cu_seqlens_q and cu_seqlens_k must be given together")
+        cu_q, cu_k = _i32(cu_seqlens_q, "cu_seqlens_q", q), _i32(cu_seqlens_k, "cu_seqlens_k", q)
+        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0])
+        check_1d("cu_seqlens_q", cu_q.shape, b + 1, True)
+        check_1d("cu_seqlens_k", cu_k.shape, b + 1, True)
+        cu_qp, cu_kp = cu_q.data_ptr(), cu_k.data_ptr()
+        keep = [cu_q, cu_k]
+    else:
+        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, False, 0, 0)
+    if seqused_k is not None:
+        used = _i32(seqused_k, "seqused_k", q)
+        check_1d("seqused_k", used.shape, b, True)
+        usedp = used.data_ptr()
+        keep = (keep or []) + [used]
+    if alibi_slopes is not None:
+        _same_device(q, "alibi_slopes", alibi_slopes)
+        al = _last_contig(alibi_slopes)
+        check_alibi(al.shape, b, h, al.dtype == torch.float32)
+        alp = al.data_ptr()
+        albs = al.stride(0) if al.dim() == 2 and al.shape[0] > 1 else 0
+        keep = (keep or []) + [al]
+    return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep
+
+
+def _st(t, varlen):
+    s = t.stride()
+    return (0, s[0], s[1]) if varlen else (s[0], s[1], s[2])
+
+
+def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
+             causal, window_left, window_right):
+    """(out, lse) for torch tensors: out contiguous like q, lse fp32 (B, H, Sq) or (H, total_q)."""
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = _last_contig(q), _last_contig(k), _last_contig(v)
+    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep = _common(
+        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
+    dev = q.device
+    qs, ks, vs = q.stride(), k.stride(), v.stride()
+    # empty_like / new_empty: half the Python cost of torch.empty(shape, dtype=, device=) (~1.5 us)
+    if varlen:
+        sq, sk = max_seqlen_q, max_seqlen_k
+        qs, ks, vs, out_st = (0, qs[0], qs[1]), (0, ks[0], ks[1]), (0, vs[0], vs[1]), (0, h * d, d)
+        lse = q.new_empty((h, q.shape[0]), dtype=torch.float32)
+    else:
+        qs, ks, vs, out_st = qs[:3], ks[:3], vs[:3], (sq * h * d, h * d, d)
+        lse = q.new_empty((b, h, sq), dtype=torch.float32)
+    out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    if POISON:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    desc = make_desc(dt, b, sq, sk, h, hkv, d, qs, ks, vs, out_st, scale, softcap, causal, window_left, window_right,
+                     alp, albs, cu_qp, cu_kp, usedp)
+    ptrs = (q.data_ptr() or _E[0], k.data_ptr() or _E[1], v.data_ptr() or _E[2], out.data_ptr() or _E[3],
+            lse.data_ptr() or _E[4])
+    if dev.type == "cpu":
+        ctx = _lib.get_ctx(_lib.BACKEND_CPU)
+        status = _lib.fwd(ctx, desc, *ptrs, None, 0, None)
+        if status:
+            _lib.raise_status(ctx, status, "flashc.attention")
+    else:
+        _call(_lib.fwd, _lib.fwd_workspace_size, desc, q, ptrs, "flashc.attention")
+    return out, lse
+
+
+def bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+             max_seqlen_k, scale, softcap, causal, window_left, window_right, deterministic):
+    """Writes dq, dk, dv (given, any strides with a contiguous last dim) for torch tensors."""
+    q, k, v, out = _last_contig(q), _last_contig(k), _last_contig(v), _last_contig(out)
+    if dout.shape[-1] > 1 and dout.stride(-1) != 1 or 0 in dout.stride():
+        dout = dout.contiguous()  # autograd hands expanded (stride-0) gradients to sum() and mean()
+    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep = _common(
+        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
+    if varlen:
+        sq, sk = max_seqlen_q, max_seqlen_k
+    for name, t, like in (("out", out, q), ("dout", dout, q), ("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if t.shape != like.shape or t.dtype != like.dtype or t.device != like.device:
+            raise ValueError(f"flashc: {name} must match {tuple(like.shape)} {like.dtype} on {like.device}, "
+                             f"got {tuple(t.shape)} {t.dtype} on {t.device}")
+        if name[0] == "d" and name != "dout" and t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"flashc: {name} must have a contiguous last dim")
+    lse_shape = (h, q.shape[0]) if varlen else (b, h, sq)
+    if tuple(lse.shape) != lse_shape or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"flashc: lse must be float32 of shape {lse_shape} on {q.device}, "
+                         f"got {tuple(lse.shape)} {lse.dtype} on {lse.device}")
+    lse = lse.contiguous()
+    vl = varlen
+    desc = make_desc(dt, b, sq, sk, h, hkv, d, _st(q, vl), _st(k, vl), _st(v, vl), _st(out, vl), scale, softcap, causal,
+                     window_left, window_right, alp, albs, cu_qp, cu_kp, usedp, deterministic, _st(dout, vl),
+                     _st(dq, vl), _st(dk, vl), _st(dv, vl))
+    _call(_lib.bwd, _lib.bwd_workspace_size, desc, q,
+          _ptrs(q, k, v, out, lse, dout, dq, dk, dv),
+          "flashc.attention_backward")
+
+
+# ------------------------------------------------------------------------------------------------
+# custom ops (what torch.compile traces)
+
+
+@torch.library.custom_op("flashc::fwd", mutates_args=())
+def fwd_op(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+           cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+           scale: float, softcap: float, causal: bool, window_left: int, window_right: int) -> Tuple[Tensor, Tensor]:
+    return fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
+                    softcap, causal, window_left, window_right)
+
+
+@fwd_op.register_fake
+def _fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
+              softcap, causal, window_left, window_right):
+    lse_shape = (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else (q.shape[0], q.shape[2], q.shape[1])
+    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("flashc::bwd", mutates_args=("dq", "dk", "dv"))
+def bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dq: Tensor, dk: Tensor,
+           dv: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+           seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float,
+           causal: bool, window_left: int, window_right: int, deterministic: bool) -> None:
+    bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+             max_seqlen_k, scale, softcap, causal, window_left, window_right, deterministic)
+
+
+@bwd_op.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+              max_seqlen_k, scale, softcap, causal, window_left, window_right, deterministic):
+    return None
+
+
+def _fwd(*args):
+    if torch.compiler.is_compiling():
+        return torch.ops.flashc.fwd(*args)
+    return fwd_impl(*args)
+
+
+def _bwd(*args):
+    if torch.compiler.is_compiling():
+        return torch.ops.flashc.bwd(*args)
+    return bwd_impl(*args)
+
+
+# ------------------------------------------------------------------------------------------------
+# autograd
+
+
+def _unpack(pack, a, b, c):
+    """q, k, v from the inputs: separate, kv packed (..., 2, H_kv, D) or qkv packed (..., 3, H, D)."""
+    if pack == "qkv":
+        return a.select(-3, 0), a.select(-3, 1), a.select(-3, 2)
+    if pack == "kv":
+        return a, b.select(-3, 0), b.select(-3, 1)
+    return a, b, c
+
+
+class AttentionFunction(torch.autograd.Function):
+    """out, lse = attention(q, k, v); saves q, k, v, out, lse; backward calls flashc's backward.
+
+    apply(pack, a, b, c, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+          max_seqlen_k, scale, softcap, causal, window_left, window_right, deterministic)
+    with pack None (a, b, c = q, k, v), "kv" (a = q, b = kv) or "qkv" (a = qkv); packed inputs get
+    packed gradients, written by the backward in place (no concatenation).
+    """
+
+    @staticmethod
+    def forward(ctx, pack, a, b, c, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                scale, softcap, causal, window_left, window_right, deterministic):
+        q, k, v = _unpack(pack, a, b, c)
+        out, lse = _fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                        scale, softcap, causal, window_left, window_right)
+        ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
+        ctx.pack = pack
+        ctx.shapes = (a.shape, b.shape if b is not None else None)
+        ctx.args = (max_seqlen_q, max_seqlen_k, scale, softcap, causal, window_left, window_right, deterministic)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, alibi_slopes, cu_q, cu_k, used = ctx.saved_tensors
+        pack = ctx.pack
+        ga = gb = gc = None
+        if pack == "qkv":
+            ga = torch.empty(ctx.shapes[0], dtype=q.dtype, device=q.device)
+            dq, dk, dv = _unpack("qkv", ga, None, None)
+        elif pack == "kv":
+            ga = dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            gb = torch.empty(ctx.shapes[1], dtype=k.dtype, device=k.device)
+            dk, dv = gb.select(-3, 0), gb.select(-3, 1)
+        else:
+            ga = dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            gb = dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+            gc = dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        if dout.stride(-1) != 1 or 0 in dout.stride():
+            dout = dout.contiguous()
+        _bwd(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_q, cu_k, used, *ctx.args)
+        return (None, ga, gb, gc) + (None,) * 12
+
+
+# ------------------------------------------------------------------------------------------------
+# entry points used by flashc.attention and flashc.flash_attn
+
+
+def max_len(cu):
+    """Largest sequence length in int32 offsets (a host sync for CUDA tensors)."""
+    return int((cu[1:] - cu[:-1]).max().item()) if cu.shape[0] > 1 else 0
+
+
+def attention(q, k, v, causal=False, scale=None, softcap=0.0, window=(-1, -1), alibi_slopes=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
+              deterministic=False, return_lse=False, pack=None):
+    """See flashc.attention. pack: None, "kv" (k is kv, v None) or "qkv" (q is qkv, k and v None)."""
+    if cu_seqlens_q is not None:
+        if max_seqlen_q is None:
+            max_seqlen_q = max_len(cu_seqlens_q)
+        if max_seqlen_k is None and cu_seqlens_k is not None:
+            max_seqlen_k = max_len(cu_seqlens_k)
+    wl, wr = window
+    args = (alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q or 0, max_seqlen_k or 0,
+            float(scale) if scale is not None else 0.0, float(softcap), bool(causal), int(wl), int(wr))
+    if torch.is_grad_enabled() and (q.requires_grad or k is not None and k.requires_grad
+                                    or v is not None and v.requires_grad):
+        out, lse = AttentionFunction.apply(pack, q, k, v, *args, bool(deterministic))
+    elif pack is None:
+        out, lse = _fwd(q, k, v, *args)
+    else:
+        out, lse = _fwd(*_unpack(pack, q, k, v), *args)
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(dout, q, k, v, out, lse, causal=False, scale=None, softcap=0.0, window=(-1, -1),
+                       alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                       seqused_k=None, deterministic=False):
+    """See flashc.attention_backward: returns fresh (dq, dk, dv)."""
+    if cu_seqlens_q is not None:
+        if max_seqlen_q is None:
+            max_seqlen_q = max_len(cu_seqlens_q)
+        if max_seqlen_k is None and cu_seqlens_k is not None:
+            max_seqlen_k = max_len(cu_seqlens_k)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if POISON:
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+    wl, wr = window
+    _bwd(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k,
+         max_seqlen_q or 0, max_seqlen_k or 0, float(scale) if scale is not None else 0.0, float(softcap),
+         bool(causal), int(wl), int(wr), bool(deterministic))
+    return dq, dk, dv

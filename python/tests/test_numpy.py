@@ -1,0 +1,239 @@
+"""Bindings on numpy arrays (CPU backend): dtypes, options, strides, varlen, backward, DLPack.
+
+Each check draws fresh random inputs and compares with the fp64 reference (reference.py) by
+DESIGN.md section 2; outputs start as NaN (conftest), so unwritten elements fail.
+"""
+import numpy as np
+import pytest
+
+import flashc
+from reference import assert_close, naive_lowp, ref_attention
+
+try:
+    import ml_dtypes
+except ImportError:  # bf16 cases skip
+    ml_dtypes = None
+
+RNG = np.random.default_rng()
+DTYPES = ["f32", "f16", "bf16"]
+
+
+def np_dtype(name):
+    if name == "f32":
+        return np.float32
+    if name == "f16":
+        return np.float16
+    if ml_dtypes is None:
+        pytest.skip("ml_dtypes is not installed")
+    return ml_dtypes.bfloat16
+
+
+def rounder(dt):
+    return lambda x: np.asarray(x, np.float64).astype(dt).astype(np.float64)
+
+
+def randn(shape, dt):
+    return RNG.standard_normal(shape).astype(dt)
+
+
+def check_lse(lse, ref_lse):
+    lse = np.asarray(lse, np.float64)
+    assert (np.isinf(lse) == np.isinf(ref_lse)).all(), "lse: +inf rows differ from the reference"
+    fin = np.isfinite(ref_lse)
+    assert np.abs(lse[fin] - ref_lse[fin]).max(initial=0) <= 1e-4 * (1 + np.abs(ref_lse[fin]).max(initial=0))
+
+
+def run_case(dt_name, B, Sq, Sk, H, Hkv, D, grad=True, **opt):
+    dt = np_dtype(dt_name)
+    q, k, v = randn((B, Sq, H, D), dt), randn((B, Sk, Hkv, D), dt), randn((B, Sk, Hkv, D), dt)
+    out, lse = flashc.attention(q, k, v, return_lse=True, **opt)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.dtype == np.float32
+    ropt = {k_: v_ for k_, v_ in opt.items() if k_ in ("causal", "scale", "softcap", "window", "seqused_k")}
+    if "alibi_slopes" in opt:
+        ropt["alibi"] = opt["alibi_slopes"]
+    dout = randn(q.shape, dt)
+    ref_out, ref_lse, ref_g = ref_attention(q, k, v, dout=dout, **ropt)
+    naive = None
+    if dt_name != "f32":
+        naive_out, naive_g = naive_lowp(q, k, v, rounder(dt), dout=dout, **ropt)
+        naive = naive_out
+    assert_close("out", out, ref_out, naive)
+    check_lse(lse, ref_lse)
+    if not grad:
+        return
+    dq, dk, dv = flashc.attention_backward(dout, q, k, v, out, lse, **opt)
+    for name, g, r, i in zip(("dq", "dk", "dv"), (dq, dk, dv), ref_g, range(3)):
+        assert g.shape == (q, k, v)[i].shape and g.dtype == q.dtype
+        assert_close(name, g, r, None if naive is None else naive_g[i], factor=3.0, f32_tol=5e-5)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_basic(dt, causal):
+    run_case(dt, 2, 17, 23, 4, 4, 16, causal=causal)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_gqa_softcap_scale(dt):
+    run_case(dt, 2, 9, 13, 6, 2, 8, causal=True, softcap=5.0, scale=0.3)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("window", [(3, 0), (2, 4), (-1, 1), (0, 0)])
+def test_window(dt, window):
+    run_case(dt, 1, 15, 20, 2, 1, 8, window=window)
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_alibi(per_batch):
+    B, H = 3, 4
+    slopes = RNG.uniform(0.1, 1.0, (B, H) if per_batch else (H,)).astype(np.float32)
+    run_case("f32", B, 8, 11, H, 2, 8, causal=True, alibi_slopes=slopes)
+
+
+def test_causal_more_queries_than_keys_gives_empty_rows():
+    # Sq > Sk with a bottom-right causal mask: the first Sq - Sk rows see no key: out 0, lse +inf
+    q, k, v = randn((1, 7, 2, 8), np.float32), randn((1, 3, 2, 8), np.float32), randn((1, 3, 2, 8), np.float32)
+    out, lse = flashc.attention(q, k, v, causal=True, return_lse=True)
+    assert (out[0, :4] == 0).all() and np.isposinf(lse[0, :, :4]).all()
+    run_case("f32", 1, 7, 3, 2, 2, 8, causal=True)
+
+
+def test_seqused_k():
+    used = np.array([5, 0, 11], np.int32)
+    run_case("f32", 3, 6, 11, 2, 2, 8, causal=True, seqused_k=used)
+
+
+def test_head_dim_not_multiple_of_8():
+    run_case("f32", 1, 5, 6, 2, 1, 13)
+
+
+# ------------------------------------------------------------------------------------------------
+# strides: views are read in place
+
+
+def test_strided_views_forward_and_backward():
+    B, S, H, D = 2, 10, 4, 16
+    # (B, H, S, D) storage seen as (B, S, H, D): the layout transformers hands over
+    q = randn((B, H, S, D), np.float32).transpose(0, 2, 1, 3)
+    k = randn((B, H, S, D), np.float32).transpose(0, 2, 1, 3)
+    v = randn((B, S, 2 * H, D), np.float32)[:, :, ::2]  # every other head
+    assert not q.flags.c_contiguous and not v.flags.c_contiguous
+    out, lse = flashc.attention(q, k, v, causal=True, return_lse=True)
+    dout = randn((B, H, S, D), np.float32).transpose(0, 2, 1, 3)
+    ref_out, ref_lse, ref_g = ref_attention(q, k, v, causal=True, dout=dout)
+    assert_close("out", out, ref_out)
+    for g, r in zip(flashc.attention_backward(dout, q, k, v, out, lse, causal=True), ref_g):
+        assert_close("grad", g, r, f32_tol=5e-5)
+
+
+def test_packed_qkv_is_read_in_place():
+    B, S, H, D = 2, 12, 3, 8
+    qkv = randn((B, S, 3, H, D), np.float32)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    out = flashc.attention(q, k, v, causal=True)
+    assert_close("out", out, ref_attention(q, k, v, causal=True)[0])
+
+
+def test_last_dim_not_contiguous_is_copied():
+    q = np.asfortranarray(randn((1, 6, 2, 8), np.float32))
+    k = randn((1, 6, 2, 8), np.float32)
+    assert q.strides[-1] != 4
+    assert_close("out", flashc.attention(q, k, k), ref_attention(q, k, k)[0])
+
+
+def test_negative_strides_are_rejected_by_c():
+    q = randn((1, 6, 2, 8), np.float32)[:, ::-1]
+    with pytest.raises(ValueError, match="q_stride"):
+        flashc.attention(q, q, q)
+
+
+# ------------------------------------------------------------------------------------------------
+# varlen
+
+
+def split_check(q, k, v, cu_q, cu_k, out, lse, dout=None, grads=None, **opt):
+    for b in range(len(cu_q) - 1):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        r = ref_attention(q[None, qs], k[None, ks], v[None, ks], dout=None if dout is None else dout[None, qs], **opt)
+        assert_close(f"out[{b}]", out[qs], r[0][0])
+        check_lse(lse[:, qs], r[1][0])
+        if grads is not None:
+            for g, rg, sl in zip(grads, r[2], (qs, ks, ks)):
+                assert_close(f"grad[{b}]", g[sl], rg[0], f32_tol=5e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_forward_backward(causal):
+    lens_q = [5, 1, 0, 9]
+    lens_k = [7, 4, 3, 9]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    H, Hkv, D = 4, 2, 8
+    q, k, v = randn((cu_q[-1], H, D), np.float32), randn((cu_k[-1], Hkv, D), np.float32), \
+        randn((cu_k[-1], Hkv, D), np.float32)
+    out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=causal, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (H, cu_q[-1])
+    dout = randn(q.shape, np.float32)
+    grads = flashc.attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=causal)
+    split_check(q, k, v, cu_q, cu_k, out, lse, dout, grads, causal=causal)
+
+
+def test_varlen_max_seqlen_too_small_is_an_error_from_c():
+    cu = np.array([0, 4, 10], np.int32)
+    q = randn((10, 2, 8), np.float32)
+    with pytest.raises(ValueError, match="maximum"):
+        flashc.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=3, max_seqlen_k=6)
+
+
+def test_varlen_seqused_k():
+    cu_q = np.array([0, 3, 6], np.int32)
+    cu_k = np.array([0, 8, 16], np.int32)
+    used = np.array([2, 8], np.int32)
+    q, k, v = randn((6, 2, 8), np.float32), randn((16, 2, 8), np.float32), randn((16, 2, 8), np.float32)
+    out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=used, causal=True,
+                                return_lse=True)
+    for b in range(2):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        r = ref_attention(q[None, qs], k[None, ks], v[None, ks], causal=True, seqused_k=used[b:b + 1])
+        assert_close("out", out[qs], r[0][0])
+
+
+# ------------------------------------------------------------------------------------------------
+# DLPack and argument errors
+
+
+class DLPackOnly:
+    """An array from 'another framework': only the DLPack protocol."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_input():
+    q, k = randn((1, 5, 2, 8), np.float32), randn((1, 6, 2, 8), np.float32)
+    out = flashc.attention(DLPackOnly(q), DLPackOnly(k), DLPackOnly(k), causal=True)
+    assert isinstance(out, np.ndarray)
+    assert_close("out", out, ref_attention(q, k, k, causal=True)[0])
+
+
+def test_shape_and_dtype_errors():
+    q = randn((1, 5, 2, 8), np.float32)
+    with pytest.raises(ValueError, match="head_dim"):
+        flashc.attention(q, q[..., :4], q[..., :4])
+    with pytest.raises(ValueError, match="one dtype"):
+        flashc.attention(q, q.astype(np.float16), q)
+    with pytest.raises(ValueError, match="dtype"):
+        flashc.attention(q.astype(np.float64), q, q)
+    with pytest.raises(ValueError, match="expected"):
+        flashc.attention(q[0], q[0], q[0])
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flashc.attention(q, q, q, alibi_slopes=np.ones(3, np.float32))
+    with pytest.raises(TypeError):
+        flashc.attention([1.0], q, q)

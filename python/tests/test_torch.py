@@ -1,0 +1,222 @@
+"""Bindings on torch tensors: autograd against the fp64 reference, strides and packed layouts,
+the custom ops (opcheck, torch.compile fullgraph), and on a GPU the CUDA path (current stream,
+CUDA graphs). CPU tests run everywhere torch is installed; CUDA tests skip without a GPU."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashc  # noqa: E402
+from conftest import cuda_ready  # noqa: E402
+from torch_ref import check, expect, naive, ref  # noqa: E402
+
+CUDA, CUDA_WHY = cuda_ready()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+cuda_only = pytest.mark.skipif(not CUDA, reason=CUDA_WHY)
+
+
+def rand(*shape, dt=torch.float32, dev="cpu", grad=False):
+    return torch.randn(*shape, dtype=dt, device=dev).requires_grad_(grad)
+
+
+def roundtrip(dev, dt_name, B, Sq, Sk, H, Hkv, D, **opt):
+    dt = DT[dt_name]
+    q, k, v = rand(B, Sq, H, D, dt=dt, dev=dev, grad=True), rand(B, Sk, Hkv, D, dt=dt, dev=dev, grad=True), \
+        rand(B, Sk, Hkv, D, dt=dt, dev=dev, grad=True)
+    out, lse = flashc.attention(q, k, v, return_lse=True, **opt)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ropt = {kk: vv for kk, vv in opt.items() if kk != "alibi_slopes"}
+    if "alibi_slopes" in opt:
+        ropt["alibi"] = opt["alibi_slopes"]
+    r_out, r_lse, r_g = ref(q, k, v, dout, **ropt)
+    nv = ng = None
+    if dt_name != "f32":
+        qn, kn, vn = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        nv = naive(qn, kn, vn, **ropt)
+        nv.backward(dout)
+        ng = (qn.grad, kn.grad, vn.grad)
+    check("out", out, r_out, nv)
+    fin = np.isfinite(r_lse)
+    assert np.abs(lse.detach().cpu().double().numpy()[fin] - r_lse[fin]).max(initial=0) < 1e-4 * (1 + np.abs(r_lse).max(
+        initial=0, where=fin))
+    for i, (name, t) in enumerate((("dq", q), ("dk", k), ("dv", v))):
+        check(name, t.grad, r_g[i], None if ng is None else ng[i], factor=3.0, f32_tol=5e-5)
+
+
+# fp32 on the CPU; the CUDA backend takes fp16 / bf16 (DESIGN.md section 1)
+CASES = [(d, t) for d in DEVICES for t in ("f32", "f16", "bf16") if not (d == "cuda" and t == "f32")]
+DEV_DT = [("cpu", torch.float32)] + ([("cuda", torch.bfloat16)] if CUDA else [])
+
+
+@pytest.mark.parametrize("dev,dt", CASES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_autograd_matches_reference(dev, dt, causal):
+    roundtrip(dev, dt, 2, 19, 27, 4, 2, 64 if dev == "cuda" else 16, causal=causal)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_all_options(dev):
+    alibi = torch.rand(2, 4, device=dev) + 0.1
+    d = 64 if dev == "cuda" else 16
+    roundtrip(dev, "f32" if dev == "cpu" else "f16", 2, 11, 14, 4, 2, d, causal=True, softcap=4.0, scale=0.2,
+              alibi_slopes=alibi)
+    roundtrip(dev, "bf16", 1, 13, 13, 2, 1, 64 if dev == "cuda" else 32, window=(4, 2))
+
+
+@pytest.mark.parametrize("dev,dt", DEV_DT)
+def test_noncontiguous_views_and_sum_loss(dev, dt):
+    B, S, H, D = 2, 9, 4, 64
+    base = rand(B, H, S, 3 * D, dt=dt, dev=dev, grad=True)
+    q, k, v = (base[..., i * D:(i + 1) * D].transpose(1, 2) for i in range(3))  # strided (B, S, H, D) views
+    assert not q.is_contiguous()
+    out = flashc.attention(q, k, v, causal=True)
+    out.sum().backward()  # autograd hands the backward an expanded, stride-0 gradient
+    g = base.grad
+    expect(out, q, k, v, torch.ones_like(out), [g[..., i * D:(i + 1) * D].transpose(1, 2) for i in range(3)],
+           causal=True)
+
+
+@pytest.mark.parametrize("dev,dt", DEV_DT)
+def test_varlen_autograd(dev, dt):
+    lens_q, lens_k = [3, 0, 7], [5, 2, 7]
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=dev)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=dev)
+    q, k, v = (rand(n, h, 64, dt=dt, dev=dev, grad=True) for n, h in ((10, 4), (14, 2), (14, 2)))
+    out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True, return_lse=True)
+    assert lse.shape == (4, 10)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    for b in range(3):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        expect(out[None, qs], q[None, qs], k[None, ks], v[None, ks], dout[None, qs],
+               (q.grad[None, qs], k.grad[None, ks], v.grad[None, ks]), causal=True)
+
+
+def test_attention_backward_function_matches_autograd():
+    q, k, v = rand(1, 8, 2, 8, grad=True), rand(1, 8, 2, 8, grad=True), rand(1, 8, 2, 8, grad=True)
+    out, lse = flashc.attention(q, k, v, causal=True, return_lse=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    dq, dk, dv = flashc.attention_backward(dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, causal=True)
+    for a, b in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
+        assert torch.equal(a, b)  # the CPU backend is deterministic
+
+
+def test_errors_are_python_exceptions():
+    q = rand(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="scale = -2"):
+        flashc.attention(q, q, q, scale=-2.0)
+    with pytest.raises(ValueError, match="dtype"):
+        flashc.attention(q.double(), q.double(), q.double())
+    with pytest.raises(ValueError, match="one dtype"):
+        flashc.attention(q, q.half(), q)
+    if CUDA:
+        with pytest.raises(ValueError, match="device"):
+            flashc.attention(q, q.cuda(), q)
+
+
+def test_opcheck_custom_ops():
+    """Schema, fake (meta) implementation and autograd registration checked by torch itself."""
+    q, k, v = rand(2, 5, 4, 8), rand(2, 6, 2, 8), rand(2, 6, 2, 8)
+    args = (q, k, v, None, None, None, None, 0, 0, 0.0, 0.0, True, -1, -1)
+    torch.library.opcheck(torch.ops.flashc.fwd.default, args, test_utils=("test_schema", "test_faketensor"))
+    out, lse = torch.ops.flashc.fwd(*args)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    bargs = (torch.randn_like(out), q, k, v, out, lse, dq, dk, dv, None, None, None, None, 0, 0, 0.0, 0.0, True, -1, -1,
+             False)
+    torch.library.opcheck(torch.ops.flashc.bwd.default, bargs, test_utils=("test_schema", "test_faketensor"))
+
+
+class TinyAttn(torch.nn.Module):
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.o = torch.nn.Linear(dim, dim)
+
+    def forward(self, x, attn):
+        B, S, _ = x.shape
+        qkv = self.qkv(x).view(B, S, 3, self.heads, -1)
+        y = attn(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+        return self.o(y.reshape(B, S, -1))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph(backend):
+    torch._dynamo.reset()
+    model = TinyAttn()
+    x = torch.randn(2, 16, 32)
+
+    def attn(q, k, v):
+        return flashc.attention(q, k, v, causal=True)
+
+    compiled = torch.compile(lambda x: model(x, attn), fullgraph=True, backend=backend)
+    y = compiled(x)
+    y.square().sum().backward()
+    g_compiled = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    y_eager = model(x, attn)
+    y_eager.square().sum().backward()
+    assert torch.allclose(y, y_eager, atol=1e-5, rtol=1e-5)
+    for a, b in zip(g_compiled, (p.grad for p in model.parameters())):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA
+
+
+@cuda_only
+def test_cuda_runs_on_the_current_stream():
+    q = rand(2, 64, 4, 64, dt=torch.bfloat16, dev="cuda")
+    ref_out = flashc.attention(q, q, q, causal=True)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        q2 = q.clone()  # ordered on s
+        out = flashc.attention(q2, q2, q2, causal=True)
+    s.synchronize()
+    assert torch.equal(out, ref_out)
+
+
+@cuda_only
+def test_cuda_graph_capture():
+    q, k, v = (rand(2, 128, 8, 64, dt=torch.bfloat16, dev="cuda") for _ in range(3))
+    out = flashc.attention(q, k, v, causal=True)  # warm-up: ctx creation happens outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        graph_out = flashc.attention(q, k, v, causal=True)
+    for _ in range(2):
+        q.copy_(torch.randn_like(q))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(graph_out, flashc.attention(q, k, v, causal=True))
+    assert not torch.equal(graph_out, out)
+
+
+@cuda_only
+def test_cuda_compile_inductor_fullgraph():
+    torch._dynamo.reset()
+    model = TinyAttn(dim=128, heads=2).cuda().bfloat16()
+    x = torch.randn(2, 64, 128, device="cuda", dtype=torch.bfloat16)
+
+    def attn(q, k, v):
+        return flashc.attention(q, k, v, causal=True)
+
+    y = torch.compile(lambda x: model(x, attn), fullgraph=True)(x)
+    y.float().square().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_empty_sequences():
+    """Sk = 0: every row sees no key (out 0, lse +inf, zero gradients); Sq = 0: empty outputs.
+    torch gives empty tensors a NULL data pointer, which the bindings must not hand to C as such."""
+    q, k = rand(1, 3, 2, 8, grad=True), rand(1, 0, 2, 8, grad=True)
+    out, lse = flashc.attention(q, k, k, return_lse=True)
+    assert (out == 0).all() and torch.isinf(lse).all() and (lse > 0).all()
+    out.sum().backward()
+    assert (q.grad == 0).all()
+    out, lse = flashc.attention(k, q, q, return_lse=True)
+    assert out.shape == (1, 0, 2, 8) and lse.shape == (1, 2, 0)
