@@ -1,0 +1,76 @@
+#!/bin/sh
+# gpu.sh -- everything the CUDA backend needs checked on a GPU machine, in one call, from the repo root:
+#   1. build: make -j (nvcc found => the CUDA backend is in), plus build/test_flashc
+#   2. the whole C test sweep on the CUDA backend against the fp64 reference
+#      (build/test_flashc --backend cuda: O, LSE, dQ, dK, dV, masks, GQA, varlen, strides, determinism)
+#   3. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes)
+#   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
+#      writes bench/results/<gpu>-<date>-cuda.jsonl
+# Logs go to $OUT (the device tool's output folder) or build/gpu-logs (at most 7 files: build, test,
+# memcheck, racecheck, bench logs, summary.txt and the results file); a short summary is printed last.
+# Without a GPU (no nvidia-smi, or no device), steps 2-4 are skipped with a message and it exits 0.
+# Exit status: 0 all passed, 1 a test or sanitizer failed, 2 the build failed.
+#
+# Usage: sh scripts/gpu.sh [all|test|sanitize|bench]...   (default: all)
+#   BUILD=dir (default build); GPU_JOBS=N make parallelism (default: nproc); SKIP_BUILD=1 uses an
+#   existing $BUILD/libflashc.so and $BUILD/test_flashc; TEST_TIMEOUT / SANITIZE_TIMEOUT in seconds;
+#   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the sanitizer cases.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+LOG=${OUT:-$BUILD/gpu-logs}
+mkdir -p "$LOG"
+STEPS=${*:-all}
+want() { case " $STEPS " in *" all "*|*" $1 "*) return 0 ;; esac; return 1; }
+SUMMARY="$LOG/summary.txt"
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -e "$BUILD/libflashc.so" ]; then
+    start=$(date +%s)
+    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
+    note "build: ok in $(( $(date +%s) - start )) s ($(grep -c 'nvcc' "$LOG/build.log") nvcc calls; log build.log)"
+fi
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    note "gpu: no NVIDIA GPU here: tests, sanitizers and benchmark skipped"
+    exit 0
+fi
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | head -1)"
+
+rc=0
+if want test; then
+    start=$(date +%s)
+    timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_flashc" --backend cuda >"$LOG/test.log" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/test.log" | head -20
+    note "test (cuda, full sweep): $(tail -1 "$LOG/test.log") [exit $t, $(( $(date +%s) - start )) s; log test.log]"
+fi
+
+if want sanitize; then
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+        for tool in memcheck racecheck; do
+            start=$(date +%s)
+            timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool $tool --error-exitcode 99 \
+                "$BUILD/test_flashc" --backend cuda --quick \
+                ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"} >"$LOG/$tool.log" 2>&1
+            t=$?
+            [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$LOG/$tool.log" | head -10
+            note "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/$tool.log" | tail -1) |" \
+                 "$(grep -E 'passed.*failed' "$LOG/$tool.log" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
+        done
+    else
+        note "compute-sanitizer: not installed: skipped"
+    fi
+fi
+
+if want bench; then
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --lib "$BUILD/libflashc.so" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log" | tail -48 >/tmp/flashc_bench_tail.txt
+    cp bench/results/*-cuda.jsonl "$LOG/" 2>/dev/null
+fi
+
+echo
+echo "================ gpu.sh summary ================"
+want bench && cat /tmp/flashc_bench_tail.txt
+cat "$SUMMARY"
+exit $rc

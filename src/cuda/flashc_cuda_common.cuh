@@ -1,0 +1,330 @@
+// flashc_cuda_common.cuh -- what every CUDA kernel of flashc shares: the kernel ABI (one flat
+// params struct per direction, built on the host from the validated flashc_problem), the
+// per-sequence and mask helpers (device twins of flashc__seq / flashc__key_range), and thin
+// inline-PTX wrappers with their hardware names (mma.sync m16n8k16, ldmatrix, cp.async, ex2).
+//
+// Not here: kernels (flashc_cuda_fwd.cuh, flashc_cuda_bwd.cuh), tile sizes (flashc_cuda_tune.h),
+// host code (flashc_cuda.cu).
+//
+// Fragment layouts follow /work/shared/HOPPER-NOTES.md section 8 (checked on the H200): with
+// g = lane / 4 and c = lane % 4, an m16n8 fp32 accumulator holds (row g, cols 2c, 2c+1) in
+// elements 0, 1 and (row g + 8, same cols) in elements 2, 3.
+#ifndef FLASHC_CUDA_COMMON_CUH
+#define FLASHC_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "flashc_internal.h"
+
+#define FLASHC_LOG2E 1.4426950408889634f
+#define FLASHC_LN2 0.6931471805599453f
+
+// ------------------------------------------------------------------------------------------------
+// kernel ABI
+
+// What both directions need to know about the problem. Set once on the host from flashc_problem.
+// Masks are bottom-right aligned: query i of a sequence (lengths sq, sk) sees key j iff
+//     i + sk - sq - window_left <= j <= i + sk - sq + window_right      (-1 = unbounded)
+typedef struct flashc_cuda_attn {
+    int B, H, H_kv, group;          // group = H / H_kv: query head h reads kv head h / group
+    int Sq, Sk;                     // max lengths (varlen: upper bounds; grids are sized by them)
+    int D;                          // the actual head dim (the kernel's template D may be larger)
+    int64_t total_q;                // rows of q (lse in varlen mode is (H, total_q))
+    const int32_t *cu_q, *cu_k;     // device, B + 1 offsets; NULL in batch mode
+    const int32_t *seqused_k;       // device, B entries, may be NULL
+    const float *alibi;             // device slopes, NULL = off; slope of (b, h) is alibi[b * alibi_bs + h]
+    int64_t alibi_bs;
+    int window_left, window_right;  // -1 = unbounded (host clamps huge windows to -1)
+    float scale;                    // softmax scale on q . k
+    float scale_log2;               // scale * log2(e): the plain path folds it into one FFMA per score
+    float softcap, inv_softcap;     // softcap = 0: off
+    int transform;                  // softcap or ALiBi on: scores are turned into log2 units in place
+    int aligned;                    // every tensor allows 16-byte vector access (pointers and strides)
+} flashc_cuda_attn;
+
+// Forward. Strides are in elements: [batch, row, head]; the batch stride is 0 in varlen mode.
+// q, o: (B, Sq, H, D) or (total_q, H, D); k, v: (B, Sk, H_kv, D) or (total_k, H_kv, D);
+// lse: fp32 natural log, (B, H, Sq) or (H, total_q), may be NULL.
+typedef struct flashc_fwd_params {
+    flashc_cuda_attn a;
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+    int64_t q_bs, q_rs, q_hs, k_bs, k_rs, k_hs, v_bs, v_rs, v_hs, o_bs, o_rs, o_hs;
+    int n_m_blocks;                 // ceil(Sq / BM) query blocks per (batch, head)
+} flashc_fwd_params;
+
+// Backward. Tensors as in the forward; dout like o, dq like q, dk/dv like k/v.
+// Workspace arrays (fp32), one row per (b, h, i), row index ws_row(b, h) + i, padded by 128 rows
+// per (b, h) so a query block may run past the sequence end without a bounds check:
+//   lse2   = lse * log2(e) (+inf for rows that see no key or lie past the end)
+//   delta  = D_i = rowsum(dO_i * O_i) (0 past the end)
+//   dq_acc = fp32 dQ accumulator of D_pad floats per row (non-deterministic mode only)
+typedef struct flashc_bwd_params {
+    flashc_cuda_attn a;
+    const void *q, *k, *v, *o, *dout;
+    const float *lse;
+    void *dq, *dk, *dv;
+    int64_t q_bs, q_rs, q_hs, k_bs, k_rs, k_hs, v_bs, v_rs, v_hs, o_bs, o_rs, o_hs;
+    int64_t do_bs, do_rs, do_hs, dq_bs, dq_rs, dq_hs, dk_bs, dk_rs, dk_hs, dv_bs, dv_rs, dv_hs;
+    float *lse2, *delta, *dq_acc;
+    int64_t ws_rows_per_head;       // batch mode: round_up(Sq, 128); varlen: total_q + 128 * B
+    int64_t ws_rows;                // rows of each workspace array: B * H * Sq_pad or H * (total_q + 128 B)
+    int D_pad;                      // the kernels' template D: row length of dq_acc
+    int deterministic;              // 1: dQ by its own kernel (no atomics), bit-identical runs
+} flashc_bwd_params;
+
+#define FLASHC_WS_PAD 128           // >= every BM in the tuning table
+
+// Dynamic shared memory of every kernel; each kernel carves it with constexpr offsets.
+extern __shared__ __align__(128) uint16_t flashc_smem[];
+
+// The launchers: defined in flashc_cuda_fwd.cuh / flashc_cuda_bwd.cuh, instantiated once per
+// (dtype, D) by the generated files in inst/, called by flashc_cuda.cu.
+template <typename T, int D>
+cudaError_t flashc_cuda_fwd_launch(flashc_fwd_params *p, cudaStream_t stream);
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_launch(flashc_bwd_params *p, cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------------------
+// per-sequence view and the mask (device twins of flashc__seq and flashc__key_range)
+
+typedef struct flashc_cuda_seq {
+    int sq, sk;                     // sk is capped by seqused_k
+    int sk_len;                     // rows of k/v this sequence owns (sk <= sk_len)
+    int64_t q_row0, k_row0;         // first row in the packed tensors (0 in batch mode)
+} flashc_cuda_seq;
+
+static __device__ __forceinline__ flashc_cuda_seq cuda_seq(const flashc_cuda_attn &a, int b) {
+    flashc_cuda_seq s;
+    if (a.cu_q) {
+        int q0 = a.cu_q[b], q1 = a.cu_q[b + 1], k0 = a.cu_k[b], k1 = a.cu_k[b + 1];
+        s.q_row0 = q0;
+        s.k_row0 = k0;
+        s.sq = q1 - q0;
+        s.sk_len = k1 - k0;
+    } else {
+        s.q_row0 = 0;
+        s.k_row0 = 0;
+        s.sq = a.Sq;
+        s.sk_len = a.Sk;
+    }
+    s.sk = s.sk_len;
+    if (a.seqused_k) s.sk = min(s.sk, a.seqused_k[b]);
+    return s;
+}
+
+// First key row i sees, and one past the last (lo >= hi: none). 64-bit because i + sk - sq + w
+// can pass 2^31 before clamping.
+static __device__ __forceinline__ int key_lo(const flashc_cuda_attn &a, int i, int sq, int sk) {
+    if (a.window_left < 0) return 0;
+    long long l = (long long)i + sk - sq - a.window_left;
+    return l < 0 ? 0 : (int)(l > sk ? sk : l);
+}
+
+static __device__ __forceinline__ int key_hi(const flashc_cuda_attn &a, int i, int sq, int sk) {
+    if (a.window_right < 0) return sk;
+    long long h = (long long)i + sk - sq + a.window_right + 1;
+    return h > sk ? sk : (int)(h < 0 ? 0 : h);
+}
+
+// Row index into the backward's fp32 workspace arrays for (b, h) (add i).
+static __device__ __forceinline__ int64_t ws_row(const flashc_bwd_params &p, int b, int h, const flashc_cuda_seq &s) {
+    if (p.a.cu_q) return (int64_t)h * p.ws_rows_per_head + s.q_row0 + (int64_t)b * FLASHC_WS_PAD;
+    return ((int64_t)b * p.a.H + h) * p.ws_rows_per_head;
+}
+
+// ------------------------------------------------------------------------------------------------
+// inline PTX with hardware names
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *ptr) {
+    return (uint32_t)__cvta_generic_to_shared(ptr);
+}
+
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// D += A B, m16n8k16, fp32 accumulate; a: 4 regs (row-major A), b: 2 regs (col-major B).
+template <typename T>
+static __device__ __forceinline__ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]);
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__half>(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two floats -> one register of two T, lo in the low half (the lower k / column index).
+template <typename T>
+static __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+template <typename T>
+static __device__ __forceinline__ float to_f32(uint16_t bits);
+
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(uint16_t bits) {
+    return __uint_as_float((uint32_t)bits << 16);
+}
+
+template <>
+__device__ __forceinline__ float to_f32<__half>(uint16_t bits) {
+    return __half2float(__ushort_as_half(bits));
+}
+
+template <typename T>
+static __device__ __forceinline__ uint16_t from_f32(float x);
+
+template <>
+__device__ __forceinline__ uint16_t from_f32<__nv_bfloat16>(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+template <>
+__device__ __forceinline__ uint16_t from_f32<__half>(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+// 2^x, approximate (2 ulp), flushes subnormals; ex2(-inf) = +0.
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// cp.async 16 bytes global -> shared, zero-filling the bytes past src_bytes (0 or 16).
+static __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+// cp.async 4 bytes (one fp32), zero-filled when src_bytes = 0.
+static __device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+static __device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+static __device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// ------------------------------------------------------------------------------------------------
+// tile movement: global <-> shared in 16-byte chunks; edges (rows past the end, columns past the
+// actual head dim) are zero-filled here so the math never checks bounds
+
+// Load a ROWS x D tile (smem row stride LD elements) from rows 0..nrows-1 of g (row stride rs
+// elements), columns 0..Dact-1, zero elsewhere. aligned = 0 takes a scalar path for tensors
+// whose pointer or strides do not allow 16-byte access. safe: any valid address (never read).
+// Issues cp.async (aligned) or plain stores; the caller commits and waits.
+// Thread tid always moves chunk column c = tid % (D / 8) of rows tid / (D / 8) + k * RSTEP, so the
+// per-chunk work is one predicate, one cp.async and one pointer step. The loop is not unrolled:
+// unrolling lets the compiler hoist every chunk's address out of the caller's key loop, which
+// costs ~80 registers at D = 128 and spills the accumulators (ptxas -v: 452 -> 136 spill bytes).
+template <int ROWS, int D, int LD, int NTHREADS>
+static __device__ __forceinline__ void load_tile(uint16_t *s, const uint16_t *g, int64_t rs, int nrows,
+                                                 int Dact, int aligned, const void *safe, int tid) {
+    constexpr int CPR = D / 8, RSTEP = NTHREADS / CPR;
+    static_assert(NTHREADS % CPR == 0 && ROWS % RSTEP == 0, "tile / thread shape");
+    const int r0 = tid / CPR, c = tid % CPR;
+    const bool col_ok = c * 8 < Dact;
+    const uint16_t *src = g + (int64_t)r0 * rs + c * 8;
+    const int64_t step = (int64_t)RSTEP * rs;
+    if (aligned) {
+        uint32_t dst = smem_u32(s) + (uint32_t)(r0 * LD + c * 8) * 2u;
+#pragma unroll 1
+        for (int r = r0; r < ROWS; r += RSTEP) {
+            const bool ok = col_ok && r < nrows;
+            cp_async_16(dst, ok ? (const void *)src : safe, ok ? 16 : 0);
+            src += step;
+            dst += RSTEP * LD * 2;
+        }
+    } else {
+#pragma unroll 1
+        for (int r = r0; r < ROWS; r += RSTEP) {
+            const bool ok = col_ok && r < nrows;
+            uint32_t w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                uint32_t lo = ok ? src[2 * e] : 0u, hi = ok ? src[2 * e + 1] : 0u;
+                w[e] = lo | (hi << 16);
+            }
+            *(uint4 *)(s + r * LD + c * 8) = make_uint4(w[0], w[1], w[2], w[3]);
+            src += step;
+        }
+    }
+}
+
+// Store rows 0..nrows-1, columns 0..Dact-1 of a ROWS x D smem tile (row stride LD) to g.
+// Threads tid = 0..NTHREADS-1 of the group that calls it take part.
+template <int ROWS, int D, int LD, int NTHREADS>
+static __device__ __forceinline__ void store_tile(uint16_t *g, int64_t rs, const uint16_t *s, int nrows, int Dact,
+                                                  int aligned, int tid) {
+    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
+#pragma unroll
+    for (int it = 0; it < (TOTAL + NTHREADS - 1) / NTHREADS; it++) {
+        int idx = tid + it * NTHREADS;
+        if (TOTAL % NTHREADS == 0 || idx < TOTAL) {
+            int r = idx / CPR, c = idx % CPR;
+            if (r < nrows && c * 8 < Dact) {
+                uint4 v = *(const uint4 *)(s + r * LD + c * 8);
+                uint16_t *dst = g + (int64_t)r * rs + c * 8;
+                if (aligned) {
+                    *(uint4 *)dst = v;
+                } else {
+                    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        dst[2 * e] = (uint16_t)(w[e] & 0xffffu);
+                        dst[2 * e + 1] = (uint16_t)(w[e] >> 16);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif // FLASHC_CUDA_COMMON_CUH
