@@ -77,16 +77,32 @@ $(BUILD)/libflashc.so: $(C_OBJS) $(CU_OBJS)
 
 TEST_CFLAGS = -std=c11 -O2 -g -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
 
+# The benchmark's CPU peer is a naive attention on OpenBLAS, built in (-DFLASHC_BENCH_BLAS) when an
+# OpenBLAS cblas.h and library are found (Debian: libopenblas-dev, which scripts/setup.sh installs);
+# a netlib cblas.h alone does not count. Recursively expanded, so it is probed only when the bench
+# is built, after `make run` has run the setup. -O3 -fno-trapping-math let the peer's softmax loops
+# vectorize (they compare against a clamp); the bench does not rely on FP traps.
+BLAS_INC_DIRS = /usr/include/*/openblas-pthread /usr/include/*/openblas-openmp /usr/include/*/openblas-serial \
+                /usr/include/openblas /usr/local/include /usr/include
+BENCH_BLAS = $(shell for d in $(BLAS_INC_DIRS); do [ -e $$d/cblas.h ] || continue; \
+               printf '\043include <cblas.h>\nint main(void) { openblas_set_num_threads(1); return 0; }\n' | \
+               $(CC) -x c - -I$$d -Werror=implicit-function-declaration -o /dev/null -lopenblas >/dev/null 2>&1 && \
+               { echo "-DFLASHC_BENCH_BLAS -I$$d -lopenblas"; break; }; done)
+
 $(BUILD)/flashc-bench: bench/flashc_bench.c $(BUILD)/libflashc.a
-	$(CC) $(TEST_CFLAGS) $< -o $@ $(BUILD)/libflashc.a $(LDLIBS)
+	$(CC) $(TEST_CFLAGS) -O3 -fno-trapping-math $< -o $@ $(BUILD)/libflashc.a $(LDLIBS) $(BENCH_BLAS)
+
+# CPU decode (flashc_fwd_kvcache) against the memory bandwidth measured in the same run.
+$(BUILD)/flashc-bench-decode: bench/bench_decode.c $(BUILD)/libflashc.a
+	$(CC) $(TEST_CFLAGS) -O3 $< -o $@ $(BUILD)/libflashc.a $(LDLIBS)
 
 $(BUILD)/test_%: tests/test_%.c tests/*.h $(BUILD)/libflashc.a
-	$(CC) $(TEST_CFLAGS) $< -o $@ $(BUILD)/libflashc.a $(LDLIBS)
+	$(CC) $(TEST_CFLAGS) $(CFLAGS) $< -o $@ $(BUILD)/libflashc.a $(LDFLAGS) $(LDLIBS)
 
 TEST_SRCS = $(wildcard tests/test_*.c)
 TEST_BINS = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 
-bench: $(BUILD)/flashc-bench
+bench: $(BUILD)/flashc-bench $(BUILD)/flashc-bench-decode
 
 setup:
 	@sh scripts/setup.sh

@@ -4,8 +4,13 @@
 set -e
 need_apt=""
 command -v cc >/dev/null 2>&1 || need_apt="$need_apt build-essential"
-[ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ] || \
-  [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || need_apt="$need_apt libopenblas-dev"
+# OpenBLAS for the benchmark's naive-attention peer. A cblas.h alone is not enough: Debian's
+# libblas-dev puts the slow netlib one at /usr/include/<arch>/cblas.h.
+has_openblas=""
+for f in /usr/include/*/openblas-pthread/cblas.h /usr/include/*/openblas-openmp/cblas.h /usr/include/openblas/cblas.h; do
+  if [ -e "$f" ]; then has_openblas=1; fi
+done
+[ -n "$has_openblas" ] || need_apt="$need_apt libopenblas-dev"
 if [ -n "$need_apt" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing$need_apt"

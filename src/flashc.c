@@ -141,6 +141,7 @@ void flashc_fill_contiguous_strides(flashc_attn_desc *d) {
 static int strides_overlap(int64_t batch, int64_t rows, int64_t heads, int64_t D, const int64_t st[3], int varlen) {
     int64_t size[4] = {varlen ? 1 : batch, rows, heads, D};
     int64_t stride[4] = {varlen ? 0 : st[0], st[1], st[2], 1};
+    if (rows == 0) return 0; // an empty tensor (seqlen 0) addresses nothing, whatever its strides
     int n = 0;
     int64_t sz[4], sd[4];
     for (int i = 0; i < 4; i++)
@@ -207,7 +208,7 @@ static flashc_status fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, i
 
 #define FLASHC_MAX_SEQLEN (1 << 30) // keeps i + Sk - Sq and row counts far from int32/int64 overflow
 
-static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int for_bwd) {
+static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int mode) {
     if (!ctx) return FLASHC_ERR_INVALID_ARG;
     ctx->err[0] = 0;
     if (!d) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "desc is NULL");
@@ -304,7 +305,7 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
         if (d->block_table_stride < pages_per_seq)
             FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table_stride = %lld: must be >= ceil(seqlen_k / page_size) = %lld",
                  (long long)d->block_table_stride, (long long)pages_per_seq);
-        if (!ctx->ops->read_i32) {
+        if (!ctx->ops->read_i32 && mode != FLASHC__FOR_KVCACHE) { // kvcache: against c_b + seqlen_new
             for (int b = 0; b < p->B; b++) {
                 flashc_seq s = flashc__seq(p, b);
                 for (int64_t i = 0; i < (s.sk + d->page_size - 1) / d->page_size; i++) {
@@ -350,14 +351,14 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
     if ((st = check_tensor(ctx, "k", p->k_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
     if ((st = check_tensor(ctx, "v", p->v_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
     if ((st = check_tensor(ctx, "o", p->o_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
-    if (for_bwd) {
+    if (mode == FLASHC__FOR_BWD) {
         if (p->block_table) FAIL(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: paged K/V is forward only");
         if ((st = check_tensor(ctx, "do", p->do_stride, p->o_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
         if ((st = check_tensor(ctx, "dq", p->dq_stride, p->q_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
         if ((st = check_tensor(ctx, "dk", p->dk_stride, p->k_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
         if ((st = check_tensor(ctx, "dv", p->dv_stride, p->v_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
     }
-    return ctx->ops->supports(ctx, p);
+    return mode == FLASHC__FOR_KVCACHE ? FLASHC_OK : ctx->ops->supports(ctx, p);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -365,18 +366,18 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
 
 flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    return resolve(ctx, d, &p, 1);
+    return resolve(ctx, d, &p, FLASHC__FOR_BWD);
 }
 
 size_t flashc_fwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    if (resolve(ctx, d, &p, 0) != FLASHC_OK) return 0;
+    if (resolve(ctx, d, &p, FLASHC__FOR_FWD) != FLASHC_OK) return 0;
     return ctx->ops->fwd_ws ? ctx->ops->fwd_ws(ctx, &p) : 0;
 }
 
 size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    if (resolve(ctx, d, &p, 1) != FLASHC_OK) return 0;
+    if (resolve(ctx, d, &p, FLASHC__FOR_BWD) != FLASHC_OK) return 0;
     return ctx->ops->bwd_ws ? ctx->ops->bwd_ws(ctx, &p) : 0;
 }
 
@@ -410,7 +411,7 @@ static flashc_status pick_workspace(flashc_ctx *ctx, size_t need, void **ws, siz
 flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void *q, const void *k, const void *v,
                          void *o, float *lse, void *workspace, size_t workspace_size, void *stream) {
     flashc_problem p;
-    flashc_status st = resolve(ctx, d, &p, 0);
+    flashc_status st = resolve(ctx, d, &p, FLASHC__FOR_FWD);
     if (st != FLASHC_OK) return st;
     if (!q) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "q is NULL");
     if (!k) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "k is NULL");
@@ -428,7 +429,7 @@ flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void 
                          const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
                          void *workspace, size_t workspace_size, void *stream) {
     flashc_problem p;
-    flashc_status st = resolve(ctx, d, &p, 1);
+    flashc_status st = resolve(ctx, d, &p, FLASHC__FOR_BWD);
     if (st != FLASHC_OK) return st;
     const void *in[6] = {q, k, v, o, lse, dout};
     const char *in_name[6] = {"q", "k", "v", "o", "lse", "dout"};
@@ -447,4 +448,34 @@ flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void 
     if ((st = pick_workspace(ctx, need, &workspace, &workspace_size)) != FLASHC_OK) return st;
     flashc_bwd_args a = {q, k, v, o, dout, lse, dq, dk, dv, workspace, workspace_size, stream};
     return ctx->ops->bwd(ctx, &p, &a);
+}
+
+// ------------------------------------------------------------------------------------------------
+// the checks above, for src/flashc_kvcache.c (flashc_fwd_kvcache, flashc_merge)
+
+flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int mode) {
+    return resolve(ctx, d, p, mode);
+}
+
+flashc_status flashc__check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as, int varlen,
+                                   int64_t batch, int64_t rows, int64_t heads, int32_t D) {
+    return check_tensor(ctx, name, st, same_as, varlen, batch, rows, heads, D);
+}
+
+flashc_status flashc__fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, int64_t n) {
+    return fetch_i32(ctx, at, src, n);
+}
+
+int32_t *flashc__host_i32(flashc_ctx *ctx, size_t n) {
+    if (n > ctx->host_i32_cap) {
+        int32_t *h = realloc(ctx->host_i32, (n + 64) * sizeof *h);
+        if (!h) return NULL;
+        ctx->host_i32 = h;
+        ctx->host_i32_cap = n + 64;
+    }
+    return ctx->host_i32;
+}
+
+flashc_status flashc__pick_workspace(flashc_ctx *ctx, size_t need, void **ws, size_t *ws_size) {
+    return pick_workspace(ctx, need, ws, ws_size);
 }

@@ -221,6 +221,46 @@ typedef struct flashc_bwd_args {
     void *stream;
 } flashc_bwd_args;
 
+// KV cache (flashc_fwd_kvcache): the tensors and the resolved flashc_kvcache_desc of one call,
+// validated by src/flashc_kvcache.c. The flashc_problem that comes with it is never varlen; its Sk is
+// the cache capacity, seqused_k_host[b] = c_b + seqlen_new (host memory; seqused_k is NULL), and
+// block_table / cache_batch_idx are as given.
+typedef struct flashc_kvcache_args {
+    const void *q;
+    void *k_cache, *v_cache;
+    const void *k_new, *v_new;           // NULL when seqlen_new == 0
+    void *o;
+    float *lse;                          // may be NULL
+    const int32_t *cache_seqlens;        // the user's pointer (device for CUDA); NULL => every c_b = Sk
+    const int32_t *cache_seqlens_host;   // host copy of c_b, B entries, always set
+    int32_t seqlen_new;
+    int64_t knew_stride[3], vnew_stride[3]; // resolved (zero => contiguous filled in)
+    const void *rotary_cos, *rotary_sin; // NULL => no rotary
+    int32_t rotary_dim, rotary_interleaved, seqlen_ro;
+    int32_t rotary_q_per_row;            // 1: q row i rotated at c_b + i (causal or windowed); 0: at c_b
+    int32_t num_splits;                  // 0 = the backend's choice
+    void *ws;                            // at least kvcache_ws bytes (NULL iff that size is 0)
+    size_t ws_size;
+    void *stream;
+} flashc_kvcache_args;
+
+// flashc_merge, resolved: strides filled in. lse_parts is (n_parts, B, H, S) and lse (B, H, S),
+// fp32, contiguous.
+typedef struct flashc_merge_problem {
+    int32_t n_parts, B, S, H, D;
+    flashc_dtype part_dtype, out_dtype;
+    int64_t part_stride[4]; // [part, batch, seq, head]
+    int64_t out_stride[3];  // [batch, seq, head]
+} flashc_merge_problem;
+
+typedef struct flashc_merge_args {
+    const void *out_parts;
+    const float *lse_parts;
+    void *out;              // may be out_parts (in place, same dtype and strides)
+    float *lse;             // may be NULL, or lse_parts (in place)
+    void *stream;
+} flashc_merge_args;
+
 typedef struct flashc_backend_ops {
     const char *name;
     flashc_status (*init)(flashc_ctx *ctx);           // may be NULL; sets ctx->priv
@@ -240,6 +280,13 @@ typedef struct flashc_backend_ops {
     // copy bytes host -> backend memory (to_backend = 1) or backend -> host (0), synchronously
     // (NULL: host memory, memcpy). For tests and benchmarks.
     flashc_status (*copy)(flashc_ctx *ctx, void *dst, const void *src, size_t bytes, int to_backend);
+    // KV cache (NULL: the backend has none, flashc_fwd_kvcache answers UNSUPPORTED): workspace bytes
+    // (a's tensor pointers are NULL in that query), and the call: append k_new / v_new (rotated) at
+    // c_b, rotate q, attend. Must not fail after it has written anything.
+    size_t (*kvcache_ws)(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a);
+    flashc_status (*fwd_kvcache)(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a);
+    // flashc_merge (NULL: the backend has none, flashc_merge answers UNSUPPORTED)
+    flashc_status (*merge)(flashc_ctx *ctx, const flashc_merge_problem *m, const flashc_merge_args *a);
 } flashc_backend_ops;
 
 FLASHC_INTERNAL extern const flashc_backend_ops flashc__ref_ops;
@@ -258,6 +305,24 @@ FLASHC_INTERNAL void flashc__ref_bwd_f64(const flashc_problem *p, const double *
                                          const double *v, const double *o, const double *lse,
                                          const double *dout, double *dq, double *dk, double *dv);
 
+// Host-memory pieces of the KV-cache and merge paths, shared by the host backends (ref, cpu);
+// src/flashc_kvcache.c. Rotary and append are computed in fp64 and rounded to the dtype once.
+// Head vector x[x_off .. x_off + D) (dtype dt) rotated at position pos into dst[dst_off ..] (dtype
+// dt); without rotary a plain copy.
+FLASHC_INTERNAL void flashc__rope_row(const flashc_kvcache_args *a, flashc_dtype dt, int32_t D, const void *x,
+                                      int64_t x_off, int64_t pos, void *dst, int64_t dst_off);
+// Step 1 of flashc_fwd_kvcache: k_new / v_new rows (k_new rotated) written into the cache at c_b.
+FLASHC_INTERNAL void flashc__kvcache_append_host(const flashc_problem *p, const flashc_kvcache_args *a);
+// Step 2: q rotated (positions per a->rotary_q_per_row) into q_rot, dtype p->dtype, contiguous
+// (B, Sq, H, D). Only with rotary.
+FLASHC_INTERNAL void flashc__kvcache_rotate_q_host(const flashc_problem *p, const flashc_kvcache_args *a, void *q_rot);
+// The merge in fp64 on host memory (the ops' merge of ref and cpu); _rows does the rows [r0, r1)
+// of the (B, S, H) rows, flattened in that order, so callers can share them out between threads.
+FLASHC_INTERNAL flashc_status flashc__merge_host(flashc_ctx *ctx, const flashc_merge_problem *m,
+                                                 const flashc_merge_args *a);
+FLASHC_INTERNAL void flashc__merge_host_rows(const flashc_merge_problem *m, const flashc_merge_args *a, int64_t r0,
+                                             int64_t r1);
+
 struct flashc_ctx {
     flashc_backend backend;          // resolved (never AUTO)
     const flashc_backend_ops *ops;
@@ -273,6 +338,21 @@ struct flashc_ctx {
 // Record a formatted message in ctx->err and return status (ctx may be NULL).
 FLASHC_INTERNAL flashc_status flashc__fail(flashc_ctx *ctx, flashc_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+// The front end's checks, shared by src/flashc.c and src/flashc_kvcache.c.
+// resolve: flashc_attn_desc -> flashc_problem. mode FLASHC__FOR_KVCACHE leaves the block table's
+// entries (checked against the cache lengths instead) and the backend's supports() to the caller.
+enum { FLASHC__FOR_FWD = 0, FLASHC__FOR_BWD = 1, FLASHC__FOR_KVCACHE = 2 };
+FLASHC_INTERNAL flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int mode);
+// A (batch, rows, heads, D) tensor's strides: "same as" filled in, negative or overlapping rejected.
+FLASHC_INTERNAL flashc_status flashc__check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as,
+                                                   int varlen, int64_t batch, int64_t rows, int64_t heads, int32_t D);
+// n int32 from the backend's memory into ctx->host_i32 + at (which may move: take pointers after).
+FLASHC_INTERNAL flashc_status flashc__fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, int64_t n);
+// ctx->host_i32 with room for n entries (kept), or NULL when out of memory.
+FLASHC_INTERNAL int32_t *flashc__host_i32(flashc_ctx *ctx, size_t n);
+// The caller's workspace (checked) or the ctx's own, grown on demand.
+FLASHC_INTERNAL flashc_status flashc__pick_workspace(flashc_ctx *ctx, size_t need, void **ws, size_t *ws_size);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,9 @@
 //
 // What it is: attention written the textbook way, one query row at a time, every score,
 // probability and sum in double. It follows the semantics in include/flashc.h word for word
-// (score pipeline, bottom-right aligned mask, GQA, varlen, rows that see no key) and is reachable
-// at runtime as FLASHC_BACKEND_REF, so tests and users can compare against it in one process.
+// (score pipeline, bottom-right aligned mask, GQA, varlen, paged K/V, the KV cache with its append
+// and rotary, the merge, rows that see no key) and is reachable at runtime as FLASHC_BACKEND_REF,
+// so tests and users can compare against it in one process.
 // The fp64 core (flashc__ref_fwd_f64 / flashc__ref_bwd_f64) also runs on fp64 tensors directly,
 // which is what the finite-difference check of the backward uses. `make` builds it into
 // libflashc; select it with flashc_ctx_create(&ctx, FLASHC_BACKEND_REF, 0).
@@ -99,6 +100,32 @@ static void load_f64(const flashc_problem *p, const ref_layout *L, const void *s
         }
 }
 
+// Paged K/V or cache rows (block_table or cache_batch_idx): only the rows the sequences use (key j
+// < sk of sequence b, wherever the table puts it) are known to exist. kv_used_span is the number of
+// elements the fp64 copy needs (one past the furthest such element), load_kv_used copies them.
+static int64_t kv_used_span(const flashc_problem *p, const int64_t st[3]) {
+    int64_t n = 0;
+    for (int b = 0; b < p->B; b++) {
+        flashc_seq s = flashc__seq(p, b);
+        for (int64_t j = 0; j < s.sk; j++) {
+            int64_t end = flashc__k_off(p, st, b, &s, j) + (p->H_kv - 1) * st[2] + p->D;
+            if (end > n) n = end;
+        }
+    }
+    return n;
+}
+
+static void load_kv_used(const flashc_problem *p, const int64_t st[3], const void *src, double *dst) {
+    for (int b = 0; b < p->B; b++) {
+        flashc_seq s = flashc__seq(p, b);
+        for (int64_t j = 0; j < s.sk; j++)
+            for (int h = 0; h < p->H_kv; h++) {
+                int64_t off = flashc__k_off(p, st, b, &s, j) + h * st[2];
+                for (int d = 0; d < p->D; d++) dst[off + d] = (double)flashc__load(src, off + d, p->dtype);
+            }
+    }
+}
+
 // fp64 -> typed output, writing only the elements of this tensor: in a packed layout the gaps
 // between its rows belong to other tensors. Rounds double -> float -> dtype.
 static void store_f64(const flashc_problem *p, const ref_layout *L, const double *src, void *dst) {
@@ -113,8 +140,9 @@ static void store_f64(const flashc_problem *p, const ref_layout *L, const double
 // forward
 
 // q is (B, Sq, H, D) or (total_q, H, D) with strides q_stride; k, v are (B, Sk, H_kv, D) or
-// (total_k, H_kv, D) with k_stride, v_stride; o is like q with o_stride; lse is (B, H, Sq) or
-// (H, total_q), contiguous, natural log; lse may be NULL. All fp64.
+// (total_k, H_kv, D) with k_stride, v_stride, or pages / cache rows (key rows through
+// flashc__k_off); o is like q with o_stride; lse is (B, H, Sq) or (H, total_q), contiguous, natural
+// log; lse may be NULL. All fp64.
 void flashc__ref_fwd_f64(const flashc_problem *p, const double *q, const double *k,
                          const double *v, double *o, double *lse) {
     // every output element starts as a row that sees no key: O_i = 0, L_i = +inf
@@ -140,7 +168,7 @@ void flashc__ref_fwd_f64(const flashc_problem *p, const double *q, const double 
                 // m_i = max_j S_ij, so that exp() below never overflows
                 double m_i = -INFINITY;
                 for (int64_t j = lo; j < hi; j++) {
-                    const double *K_j = k + flashc__row_off(p, p->k_stride, b, s.k_row0, j) + h_kv * p->k_stride[2];
+                    const double *K_j = k + flashc__k_off(p, p->k_stride, b, &s, j) + h_kv * p->k_stride[2];
                     double S_ij = score(p, Q_i, K_j, slope, diag, j, NULL);
                     if (S_ij > m_i) m_i = S_ij;
                 }
@@ -148,8 +176,8 @@ void flashc__ref_fwd_f64(const flashc_problem *p, const double *q, const double 
                 // l_i = sum_j exp(S_ij - m_i);  O_i = sum_j exp(S_ij - m_i) V_j / l_i
                 double l_i = 0.0;
                 for (int64_t j = lo; j < hi; j++) {
-                    const double *K_j = k + flashc__row_off(p, p->k_stride, b, s.k_row0, j) + h_kv * p->k_stride[2];
-                    const double *V_j = v + flashc__row_off(p, p->v_stride, b, s.k_row0, j) + h_kv * p->v_stride[2];
+                    const double *K_j = k + flashc__k_off(p, p->k_stride, b, &s, j) + h_kv * p->k_stride[2];
+                    const double *V_j = v + flashc__k_off(p, p->v_stride, b, &s, j) + h_kv * p->v_stride[2];
                     double e = exp(score(p, Q_i, K_j, slope, diag, j, NULL) - m_i);
                     l_i += e;
                     for (int d = 0; d < p->D; d++) O_i[d] += e * V_j[d];
@@ -290,17 +318,24 @@ static flashc_status ref_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     ref_layout Lq = q_layout(p, p->q_stride), Lk = k_layout(p, p->k_stride);
     ref_layout Lv = k_layout(p, p->v_stride), Lo = q_layout(p, p->o_stride);
 
+    const int rows = p->block_table || p->cache_batch_idx; // K/V rows through the table
+
     f64_pool pool = {0};
     double *q = pool_alloc(&pool, span(p, &Lq));
-    double *k = pool_alloc(&pool, span(p, &Lk));
-    double *v = pool_alloc(&pool, span(p, &Lv));
+    double *k = pool_alloc(&pool, rows ? kv_used_span(p, p->k_stride) : span(p, &Lk));
+    double *v = pool_alloc(&pool, rows ? kv_used_span(p, p->v_stride) : span(p, &Lv));
     double *o = pool_alloc(&pool, span(p, &Lo));
     double *lse = pool_alloc(&pool, (int64_t)p->H * p->total_q);
     if (pool.failed) return pool_fail(ctx, &pool);
 
     load_f64(p, &Lq, a->q, q);
-    load_f64(p, &Lk, a->k, k);
-    load_f64(p, &Lv, a->v, v);
+    if (rows) {
+        load_kv_used(p, p->k_stride, a->k, k);
+        load_kv_used(p, p->v_stride, a->v, v);
+    } else {
+        load_f64(p, &Lk, a->k, k);
+        load_f64(p, &Lv, a->v, v);
+    }
     flashc__ref_fwd_f64(p, q, k, v, o, lse);
     store_f64(p, &Lo, o, a->o);
     if (a->lse)
@@ -346,6 +381,50 @@ static flashc_status ref_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     return FLASHC_OK;
 }
 
+// ------------------------------------------------------------------------------------------------
+// KV cache: the append (k_new rotated) and q's rotation by the shared host code in fp64, then the
+// fp64 core on the cache, whose key counts c_b + seqlen_new are the problem's seqused_k_host.
+
+static size_t ref_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
+    (void)ctx;
+    // the rotated q, (B, Sq, H, D) in the dtype: rounded like any stored input
+    return a->rotary_cos ? (size_t)p->B * (size_t)p->Sq * (size_t)p->H * (size_t)p->D * flashc__dtype_size(p->dtype)
+                         : 0;
+}
+
+static flashc_status ref_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
+    // pq reads q from the rotated copy (contiguous) when rotary is on
+    flashc_problem pq = *p;
+    if (a->rotary_cos) {
+        pq.q_stride[2] = p->D;
+        pq.q_stride[1] = (int64_t)p->H * p->D;
+        pq.q_stride[0] = pq.q_stride[1] * p->Sq;
+    }
+    ref_layout Lq = q_layout(&pq, pq.q_stride), Lo = q_layout(p, p->o_stride);
+
+    // everything that can fail comes before the append: the call writes all or nothing
+    f64_pool pool = {0};
+    double *q = pool_alloc(&pool, span(&pq, &Lq));
+    double *k = pool_alloc(&pool, kv_used_span(p, p->k_stride));
+    double *v = pool_alloc(&pool, kv_used_span(p, p->v_stride));
+    double *o = pool_alloc(&pool, span(p, &Lo));
+    double *lse = pool_alloc(&pool, (int64_t)p->H * p->total_q);
+    if (pool.failed) return pool_fail(ctx, &pool);
+
+    flashc__kvcache_append_host(p, a);
+    if (a->rotary_cos) flashc__kvcache_rotate_q_host(p, a, a->ws);
+    load_f64(&pq, &Lq, a->rotary_cos ? a->ws : a->q, q);
+    load_kv_used(p, p->k_stride, a->k_cache, k);
+    load_kv_used(p, p->v_stride, a->v_cache, v);
+    flashc__ref_fwd_f64(&pq, q, k, v, o, lse);
+    store_f64(p, &Lo, o, a->o);
+    if (a->lse)
+        for (int64_t n = 0; n < (int64_t)p->H * p->total_q; n++) a->lse[n] = (float)lse[n];
+
+    pool_free(&pool);
+    return FLASHC_OK;
+}
+
 const flashc_backend_ops flashc__ref_ops = {
     .name = "ref",
     .init = NULL,
@@ -358,4 +437,7 @@ const flashc_backend_ops flashc__ref_ops = {
     .read_i32 = NULL,
     .ws_alloc = NULL,
     .ws_free = NULL,
+    .kvcache_ws = ref_kvcache_ws,
+    .fwd_kvcache = ref_fwd_kvcache,
+    .merge = flashc__merge_host,
 };

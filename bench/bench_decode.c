@@ -1,0 +1,385 @@
+// bench_decode.c -- CPU decode (flashc_fwd_kvcache) against the memory bandwidth measured in the
+// same run, on DESIGN.md §3's decode shapes: GQA 32/8, head_dim 128, bf16 cache, kv length 4k..64k,
+// batch 1..16, seqlen_q 1 (decode) and 4 (speculative decoding).
+//
+// Decode is bound by the bytes of K and V: the figure of merit is
+//     GB/s = batch * kv * heads_kv * head_dim * 2 (K and V) * 2 (bf16) / time
+// next to the read bandwidth of this machine with the same thread count, measured by a plain
+// streaming read of a 512 MiB buffer right before each shape is timed (the cores may be shared, so
+// the ceiling is taken next to the measurement it judges). A memcpy bandwidth (bytes read + written)
+// is reported beside it once.
+//
+// Method: the caches are two pools of "sequence slots" addressed through cache_batch_idx, and each
+// timed call reads slots the previous call did not, so no call finds its K/V in the 32 MiB L3.
+// Cache full (cache_seqlens = kv), no append, causal. Warm-up calls, then the median of --repeats
+// calls (clock_gettime(CLOCK_MONOTONIC)), min and max beside it. Before timing, one small case is
+// checked against the reference backend.
+//
+// Build and run:  make build/flashc-bench-decode
+//                 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/flashc-bench-decode [--json FILE]
+#define _GNU_SOURCE
+#include "flashc.h"
+#include "flashc_internal.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define H_Q 32
+#define H_KV 8
+#define HD 128
+#define MAX_LIST 16
+
+typedef struct opts {
+    int threads, repeats, hugepages, check;
+    double max_gb;
+    int kv[MAX_LIST], n_kv, batch[MAX_LIST], n_batch, sq[MAX_LIST], n_sq;
+    const char *json;
+} opts;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int parse_list(const char *s, int *out) {
+    int n = 0;
+    while (*s && n < MAX_LIST) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0) return -1;
+        if (*end == 'k' || *end == 'K') v *= 1024, end++;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+static void usage(void) {
+    printf("usage: flashc-bench-decode [options]\n"
+           "  --threads N         worker threads (default 2)\n"
+           "  --kv LIST           cache lengths (default 4k,8k,16k,32k,64k)\n"
+           "  --batch LIST        batch sizes (default 1,4,16)\n"
+           "  --seqlen-q LIST     query tokens (default 1,4)\n"
+           "  --repeats N         timed calls per shape (default 9)\n"
+           "  --max-gb X          memory for the K and V pools together (default 4.5); larger shapes are skipped\n"
+           "  --hugepages         madvise(MADV_HUGEPAGE) the pools (default: plain malloc'd memory)\n"
+           "  --no-check          skip the check against the reference\n"
+           "  --json FILE         append one JSON line per measurement (DESIGN.md §3) to FILE\n");
+}
+
+static void parse(int argc, char **argv, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->threads = 2, o->repeats = 9, o->max_gb = 4.5, o->check = 1;
+    o->n_kv = parse_list("4k,8k,16k,32k,64k", o->kv);
+    o->n_batch = parse_list("1,4,16", o->batch);
+    o->n_sq = parse_list("1,4", o->sq);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--threads") && v) o->threads = atoi(v), i++;
+        else if (!strcmp(a, "--repeats") && v) o->repeats = atoi(v), i++;
+        else if (!strcmp(a, "--max-gb") && v) o->max_gb = atof(v), i++;
+        else if (!strcmp(a, "--kv") && v) o->n_kv = parse_list(v, o->kv), i++;
+        else if (!strcmp(a, "--batch") && v) o->n_batch = parse_list(v, o->batch), i++;
+        else if (!strcmp(a, "--seqlen-q") && v) o->n_sq = parse_list(v, o->sq), i++;
+        else if (!strcmp(a, "--json") && v) o->json = v, i++;
+        else if (!strcmp(a, "--hugepages")) o->hugepages = 1;
+        else if (!strcmp(a, "--no-check")) o->check = 0;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(), exit(0);
+        else {
+            usage();
+            exit(2);
+        }
+    }
+    if (o->threads < 1 || o->repeats < 1 || o->n_kv < 1 || o->n_batch < 1 || o->n_sq < 1) {
+        fprintf(stderr, "flashc-bench-decode: bad option value\n");
+        exit(2);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// the bandwidth ceilings: a streaming read and a memcpy, split over the threads
+
+typedef struct bw_job {
+    const uint64_t *src;
+    uint64_t *dst;
+    size_t n; // uint64 words
+    uint64_t sum;
+    pthread_barrier_t *bar;
+} bw_job;
+
+static void *bw_read(void *arg) {
+    bw_job *j = arg;
+    pthread_barrier_wait(j->bar);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 8 <= j->n; i += 8) { // 4 chains; the compiler vectorises the adds
+        a += j->src[i] + j->src[i + 4];
+        b += j->src[i + 1] + j->src[i + 5];
+        c += j->src[i + 2] + j->src[i + 6];
+        d += j->src[i + 3] + j->src[i + 7];
+    }
+    j->sum = a ^ b ^ c ^ d;
+    pthread_barrier_wait(j->bar);
+    return NULL;
+}
+
+static void *bw_copy(void *arg) {
+    bw_job *j = arg;
+    pthread_barrier_wait(j->bar);
+    memcpy(j->dst, j->src, j->n * sizeof(uint64_t));
+    pthread_barrier_wait(j->bar);
+    return NULL;
+}
+
+static volatile uint64_t g_sink;
+
+// GB/s of one pass (read: bytes read; copy: bytes read + written), median of `reps`.
+static double measure_bw(int copy, char *buf, size_t bytes, int threads, int reps) {
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    size_t words = (copy ? bytes / 2 : bytes) / sizeof(uint64_t) / (size_t)threads / 8 * 8;
+    for (int r = 0; r < reps; r++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)threads + 1);
+        pthread_t *th = malloc(sizeof(pthread_t) * (size_t)threads);
+        bw_job *jobs = malloc(sizeof(bw_job) * (size_t)threads);
+        for (int i = 0; i < threads; i++) {
+            jobs[i].src = (const uint64_t *)buf + (size_t)i * words;
+            jobs[i].dst = (uint64_t *)(buf + bytes / 2) + (size_t)i * words;
+            jobs[i].n = words;
+            jobs[i].bar = &bar;
+            pthread_create(&th[i], NULL, copy ? bw_copy : bw_read, &jobs[i]);
+        }
+        pthread_barrier_wait(&bar);
+        double t0 = now();
+        pthread_barrier_wait(&bar);
+        t[r] = now() - t0;
+        for (int i = 0; i < threads; i++) pthread_join(th[i], NULL), g_sink ^= jobs[i].sum;
+        pthread_barrier_destroy(&bar);
+        free(th), free(jobs);
+    }
+    for (int i = 1; i < reps; i++) // median
+        for (int k = i; k > 0 && t[k] < t[k - 1]; k--) {
+            double x = t[k]; t[k] = t[k - 1]; t[k - 1] = x;
+        }
+    double med = t[reps / 2];
+    free(t);
+    return (double)words * sizeof(uint64_t) * (double)threads * (copy ? 2 : 1) / med * 1e-9;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ') p++;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(out, cap, "%s (%ld cores online)", p, sysconf(_SC_NPROCESSORS_ONLN));
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static double loadavg1(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+static void *pool_alloc(size_t bytes, int huge) {
+    void *p = NULL;
+    if (posix_memalign(&p, 2 << 20, bytes)) return NULL;
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint16_t rand_bf16(void) { // a normal-ish value in [-2, 2), as bf16
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    float x = (float)((int32_t)(g_rng >> 32)) * (2.0f / 2147483648.0f);
+    return flashc__f32_to_bf16(x);
+}
+
+// One small case (append + rotary + GQA + cache_batch_idx) on the cpu backend against the
+// reference backend: the numbers below are only worth reading if this holds.
+static int check_against_ref(int threads) {
+    const int B = 2, Sq = 4, cap = 700, new = 1, rows = 3;
+    const size_t slot = (size_t)cap * H_KV * HD, nq = (size_t)B * Sq * H_Q * HD, nnew = (size_t)B * new * H_KV * HD;
+    uint16_t *k[2], *v[2], *q = malloc(nq * 2), *kn = malloc(nnew * 2), *vn = malloc(nnew * 2), *o[2];
+    uint16_t *cs = malloc((size_t)(cap + Sq) * HD / 2 * 2), *sn = malloc((size_t)(cap + Sq) * HD / 2 * 2);
+    for (int i = 0; i < 2; i++) k[i] = malloc(rows * slot * 2), v[i] = malloc(rows * slot * 2), o[i] = malloc(nq * 2);
+    for (size_t e = 0; e < rows * slot; e++) k[0][e] = k[1][e] = rand_bf16(), v[0][e] = v[1][e] = rand_bf16();
+    for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
+    for (size_t e = 0; e < nnew; e++) kn[e] = rand_bf16(), vn[e] = rand_bf16();
+    for (int p = 0; p < cap + Sq; p++)
+        for (int i = 0; i < HD / 2; i++) {
+            double th = p / pow(10000.0, 2.0 * i / HD);
+            cs[p * HD / 2 + i] = flashc__f32_to_bf16((float)cos(th));
+            sn[p * HD / 2 + i] = flashc__f32_to_bf16((float)sin(th));
+        }
+    int32_t cl[2] = {cap - 1 - 300, cap - 1}, cbi[2] = {2, 0};
+    flashc_attn_desc d = {0};
+    d.batch = B, d.seqlen_q = Sq, d.seqlen_k = cap, d.heads = H_Q, d.heads_kv = H_KV, d.head_dim = HD;
+    d.dtype = FLASHC_DTYPE_BF16, d.causal = 1;
+    flashc_fill_contiguous_strides(&d);
+    flashc_kvcache_desc kv = {0};
+    kv.cache_seqlens = cl, kv.cache_batch_idx = cbi, kv.seqlen_new = new;
+    kv.rotary_cos = cs, kv.rotary_sin = sn, kv.rotary_dim = HD, kv.seqlen_ro = cap + Sq;
+    double err = 0;
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+        flashc_ctx *ctx;
+        if (flashc_ctx_create(&ctx, i ? FLASHC_BACKEND_REF : FLASHC_BACKEND_CPU, threads) != FLASHC_OK) return 0;
+        flashc_status st = flashc_fwd_kvcache(ctx, &d, &kv, q, k[i], v[i], kn, vn, o[i], NULL, NULL, 0, NULL);
+        if (st != FLASHC_OK) printf("check: %s\n", flashc_ctx_last_error(ctx)), ok = 0;
+        flashc_ctx_free(ctx);
+    }
+    for (size_t e = 0; e < nq && ok; e++)
+        err = fmax(err, fabs(flashc__bf16_to_f32(o[0][e]) - flashc__bf16_to_f32(o[1][e])));
+    // both round the same fp32 / fp64 result to bf16: one bf16 ulp of |o| < 2 apart at most
+    ok = ok && err <= 0x1p-7 && !memcmp(k[0], k[1], rows * slot * 2) && !memcmp(v[0], v[1], rows * slot * 2);
+    printf("check: cpu vs ref, B=%d Sq=%d kv=%d GQA %d/%d D=%d bf16 append+rotary+cache_batch_idx: max |diff| = %.3g "
+           "(<= 2^-7), caches %s -> %s\n",
+           B, Sq, cap, H_Q, H_KV, HD, err, memcmp(k[0], k[1], rows * slot * 2) ? "differ" : "identical",
+           ok ? "ok" : "FAILED");
+    for (int i = 0; i < 2; i++) free(k[i]), free(v[i]), free(o[i]);
+    free(q), free(kn), free(vn), free(cs), free(sn);
+    return ok;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    parse(argc, argv, &o);
+    char device[256];
+    cpu_name(device, sizeof device);
+    printf("flashc %s decode benchmark: GQA %d/%d, head_dim %d, bf16 cache, %d threads\n", flashc_version_string(), H_Q,
+           H_KV, HD, o.threads);
+    printf("device: %s; load average (1 min) %.2f at start\n", device, loadavg1());
+    if (o.check && !check_against_ref(o.threads)) return 1;
+
+    FILE *jf = NULL;
+    if (o.json && !(jf = fopen(o.json, "a"))) {
+        fprintf(stderr, "flashc-bench-decode: cannot open %s\n", o.json);
+        return 2;
+    }
+
+    // the bandwidth buffer (512 MiB: 16 x the L3) and its ceilings at the start
+    const size_t bw_bytes = (size_t)512 << 20;
+    char *bw = pool_alloc(bw_bytes, o.hugepages);
+    if (!bw) return fprintf(stderr, "out of memory\n"), 1;
+    memset(bw, 1, bw_bytes);
+    double read0 = measure_bw(0, bw, bw_bytes, o.threads, 5), copy0 = measure_bw(1, bw, bw_bytes, o.threads, 5);
+    printf("ceilings: read %.2f GB/s, memcpy %.2f GB/s (read + written), %d threads, 512 MiB\n", read0, copy0, o.threads);
+    if (jf) {
+        const char *imp[2] = {"read_ceiling", "copy_ceiling"};
+        double val[2] = {read0, copy0};
+        for (int i = 0; i < 2; i++)
+            fprintf(jf,
+                    "{\"impl\": \"%s\", \"backend\": \"cpu\", \"device\": \"%s\", \"dtype\": \"bf16\", \"direction\": "
+                    "\"decode\", \"threads\": %d, \"bytes\": %zu, \"gbps\": %.3f, \"loadavg\": %.2f}\n",
+                    imp[i], device, o.threads, bw_bytes, val[i], loadavg1());
+    }
+
+    // the K / V pools: slots of (kv, heads_kv, head_dim) bf16, as large as the biggest shape needs
+    // (at least 128 MiB, so that rotating over them leaves the L3), within --max-gb for both
+    size_t need = (size_t)128 << 20;
+    for (int i = 0; i < o.n_kv; i++)
+        for (int j = 0; j < o.n_batch; j++) {
+            size_t b = (size_t)o.batch[j] * o.kv[i] * H_KV * HD * 2;
+            if (b > need && 2 * (double)b <= o.max_gb * 1e9) need = b;
+        }
+    uint16_t *kp = pool_alloc(need, o.hugepages), *vp = pool_alloc(need, o.hugepages);
+    if (!kp || !vp) return fprintf(stderr, "out of memory for 2 x %zu bytes\n", need), 1;
+    for (size_t e = 0; e < need / 2; e++) kp[e] = rand_bf16(), vp[e] = rand_bf16();
+
+    flashc_ctx *ctx;
+    if (flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, o.threads) != FLASHC_OK) return 1;
+    printf("\n%5s %3s %6s %9s %9s %9s %9s %8s %6s\n", "batch", "sq", "kv", "ms", "min ms", "GB/s", "read GB/s", "% read",
+           "load");
+    for (int si = 0; si < o.n_sq; si++)
+        for (int bi = 0; bi < o.n_batch; bi++)
+            for (int ki = 0; ki < o.n_kv; ki++) {
+                const int B = o.batch[bi], kv = o.kv[ki], Sq = o.sq[si];
+                const size_t slot = (size_t)kv * H_KV * HD, bytes = (size_t)B * slot * 2;
+                const int n_slots = (int)(need / (slot * 2));
+                if (n_slots < B) {
+                    printf("%5d %3d %6d   skipped: K and V need 2 x %.2f GB > --max-gb %.1f\n", B, Sq, kv, bytes * 1e-9,
+                           o.max_gb);
+                    continue;
+                }
+                const size_t nq = (size_t)B * Sq * H_Q * HD;
+                uint16_t *q = malloc(nq * 2), *out = malloc(nq * 2);
+                float *lse = malloc(sizeof(float) * (size_t)B * H_Q * Sq);
+                int32_t *cl = malloc(sizeof(int32_t) * (size_t)B), *cbi = malloc(sizeof(int32_t) * (size_t)B);
+                for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
+                for (int b = 0; b < B; b++) cl[b] = kv;
+                flashc_attn_desc d = {0};
+                d.batch = B, d.seqlen_q = Sq, d.seqlen_k = kv, d.heads = H_Q, d.heads_kv = H_KV, d.head_dim = HD;
+                d.dtype = FLASHC_DTYPE_BF16, d.causal = 1;
+                flashc_fill_contiguous_strides(&d);
+                flashc_kvcache_desc kd = {0};
+                kd.cache_seqlens = cl, kd.cache_batch_idx = cbi;
+                size_t ws_size = flashc_kvcache_workspace_size(ctx, &d, &kd);
+                void *ws = ws_size ? pool_alloc(ws_size, 0) : NULL;
+                // call r reads slots (r * B .. r * B + B - 1) mod the groups of B that fit
+                const int groups = n_slots / B;
+                double *t = malloc(sizeof(double) * (size_t)o.repeats);
+                flashc_status st = FLASHC_OK;
+                for (int r = -2; r < o.repeats && st == FLASHC_OK; r++) { // 2 warm-up calls
+                    const int g = ((r + 2) % groups + groups) % groups;
+                    for (int b = 0; b < B; b++) cbi[b] = g * B + b;
+                    double t0 = now();
+                    st = flashc_fwd_kvcache(ctx, &d, &kd, q, kp, vp, NULL, NULL, out, lse, ws, ws_size, NULL);
+                    if (r >= 0) t[r] = now() - t0;
+                    if (r == -1) read0 = measure_bw(0, bw, bw_bytes, o.threads, 3); // the ceiling next to it
+                }
+                if (st != FLASHC_OK) {
+                    printf("flashc_fwd_kvcache: %s\n", flashc_ctx_last_error(ctx));
+                    return 1;
+                }
+                qsort(t, (size_t)o.repeats, sizeof(double), cmp_double);
+                const double med = t[o.repeats / 2], gbps = 2.0 * (double)bytes / med * 1e-9, load = loadavg1();
+                printf("%5d %3d %6d %9.3f %9.3f %9.2f %9.2f %7.1f%% %6.2f\n", B, Sq, kv, med * 1e3, t[0] * 1e3, gbps,
+                       read0, 100.0 * gbps / read0, load);
+                fflush(stdout);
+                if (jf)
+                    fprintf(jf,
+                            "{\"impl\": \"flashc\", \"backend\": \"cpu\", \"device\": \"%s\", \"dtype\": \"bf16\", "
+                            "\"direction\": \"decode\", \"batch\": %d, \"heads\": %d, \"heads_kv\": %d, \"seqlen_q\": %d, "
+                            "\"seqlen_k\": %d, \"head_dim\": %d, \"causal\": true, \"ms\": %.4f, \"ms_min\": %.4f, "
+                            "\"gbps\": %.3f, \"threads\": %d, \"read_ceiling_gbps\": %.3f, \"pct_of_read\": %.1f, "
+                            "\"loadavg\": %.2f}\n",
+                            device, B, H_Q, H_KV, Sq, kv, HD, med * 1e3, t[0] * 1e3, gbps, o.threads, read0,
+                            100.0 * gbps / read0, load);
+                free(q), free(out), free(lse), free(cl), free(cbi), free(ws), free(t);
+            }
+    printf("load average (1 min) %.2f at the end\n", loadavg1());
+    flashc_ctx_free(ctx);
+    if (jf) fclose(jf);
+    free(kp), free(vp), free(bw);
+    return 0;
+}

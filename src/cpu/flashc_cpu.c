@@ -1,0 +1,400 @@
+// flashc_cpu.c -- the CPU backend's driver: ISA choice, thread pool, workspace layout, and the work
+// grids of the forward (batch, head, query block) and backward (batch, head, key block).
+//
+// The math lives in flashc_cpu_kernels.h (one query block forward, one key block backward),
+// compiled per ISA; this file only decides which block runs where and carves the caller's
+// workspace. No allocation happens in fwd or bwd: all scratch comes from the workspace, whose size
+// depends only on the problem and ctx->n_threads.
+//
+// Determinism: the forward computes each output row in exactly one kernel call, and the backward
+// gives every key block to a fixed "slot" (block j to slot j mod n_slots) whose fp32 dQ partial is
+// summed with the others in slot order at the end, so results are bit-identical from run to run
+// whatever thread runs what (they may differ between contexts with different thread counts).
+#include "flashc_cpu.h"
+#include "flashc_cpu_decode.h"
+#include "flashc_threads.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_state {
+    flashc_pool *pool;
+    const flashc_cpu_kernels *k;
+} cpu_state;
+
+// The backward groups sequences into waves of at most this many query rows (and key rows) unless a
+// single sequence is longer, bounding its fp32 buffers (the dQ slot partials, GQA dK/dV sums) by
+// max(seqlen, 4096) rows: O(seqlen), 2 MiB per partial at D = 128 and 4096 rows.
+#define BWD_WAVE_ROWS 4096
+// The backward's dQ slots: between n_threads and 4 x n_threads (so a slow or descheduled thread's
+// share can be taken over), as many as fit in 32 MiB of fp32 partials; never fewer than n_threads.
+#define BWD_SLOT_BYTES (32u << 20)
+// Rows per chunk of the backward's dQ reduction.
+#define REDUCE_ROWS 256
+
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The sequence b with off[b] <= c < off[b + 1], off nondecreasing with off[0] = 0 <= c.
+static int find_seq(const int64_t *off, int n, int64_t c) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (off[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// ------------------------------------------------------------------------------------------------
+// init / fini: pick the kernels, start the pool
+
+// FLASHC_CPU_ISA = scalar | avx2 | avx512 forces a level (an error if this CPU lacks it).
+// Otherwise the best verified level this CPU has: AVX2+FMA (F16C comes with every AVX2 CPU), else
+// scalar. AVX-512 is opt-in for now: its kernels are the same template with wider vectors, but
+// they have not yet run on AVX-512 hardware (the development machine is a Zen 3).
+static flashc_status pick_kernels(flashc_ctx *ctx, const flashc_cpu_kernels **out) {
+    int has_avx2 = 0, has_avx512 = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512bf16");
+#endif
+    const char *env = getenv("FLASHC_CPU_ISA");
+    if (!env || !*env) {
+        *out = has_avx2 ? &flashc__cpu_kernels_avx2 : &flashc__cpu_kernels_scalar;
+        return FLASHC_OK;
+    }
+    if (!strcmp(env, "scalar")) {
+        *out = &flashc__cpu_kernels_scalar;
+    } else if (!strcmp(env, "avx2")) {
+        if (!has_avx2) return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "FLASHC_CPU_ISA=avx2: this CPU lacks AVX2/FMA");
+        *out = &flashc__cpu_kernels_avx2;
+    } else if (!strcmp(env, "avx512")) {
+        if (!has_avx512)
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
+                                "FLASHC_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/DQ/VL/BF16");
+        *out = &flashc__cpu_kernels_avx512;
+    } else {
+        return flashc__fail(ctx, FLASHC_ERR_INVALID_ARG, "FLASHC_CPU_ISA=%s: expected scalar, avx2 or avx512", env);
+    }
+    return FLASHC_OK;
+}
+
+static flashc_status cpu_init(flashc_ctx *ctx) {
+    cpu_state *st = calloc(1, sizeof *st);
+    if (!st) return flashc__fail(ctx, FLASHC_ERR_ALLOC, "cpu backend: cannot allocate its state");
+    flashc_status s = pick_kernels(ctx, &st->k);
+    if (s != FLASHC_OK) {
+        free(st);
+        return s;
+    }
+    st->pool = flashc__pool_create(ctx->n_threads);
+    if (!st->pool) {
+        free(st);
+        return flashc__fail(ctx, FLASHC_ERR_ALLOC, "cpu backend: cannot start %d threads", ctx->n_threads);
+    }
+    ctx->priv = st;
+    return FLASHC_OK;
+}
+
+static void cpu_fini(flashc_ctx *ctx) {
+    cpu_state *st = ctx->priv;
+    if (!st) return;
+    flashc__pool_free(st->pool);
+    free(st);
+    ctx->priv = NULL;
+}
+
+static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
+    if (p->dtype != FLASHC_DTYPE_F32 && p->dtype != FLASHC_DTYPE_F16 && p->dtype != FLASHC_DTYPE_BF16)
+        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "dtype: the cpu backend takes f32, f16 and bf16 (e4m3 is GPU-only)");
+    return FLASHC_OK;
+}
+
+// ------------------------------------------------------------------------------------------------
+// forward
+//
+// Workspace layout (every piece 64-byte aligned):
+//   blk_off   int64 (B + 1)   prefix sums of the query blocks per sequence (ceil(sq_b / FWD_BR))
+//   scratch   n_threads slices of flashc__cpu_fwd_carve bytes: Q_i^T, O_i^T, S_ij^T, m_i, l_i, ...
+// At D = 128: 257 KiB a thread (0.5 MiB in all at 2 threads). Nothing scales with the sequence
+// length; blk_off scales with the batch.
+
+typedef struct fwd_layout {
+    int64_t *blk_off;
+    char *scratch;
+    size_t slice, total;
+} fwd_layout;
+
+static fwd_layout fwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void *ws) {
+    fwd_layout L;
+    size_t off = 0;
+    L.blk_off = flashc__cpu_take(ws, &off, sizeof(int64_t) * ((size_t)p->B + 1));
+    L.slice = flashc__cpu_fwd_carve(p, NULL, NULL);
+    L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
+    L.total = off;
+    return L;
+}
+
+static size_t cpu_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
+    if (p->block_table) return flashc__cpu_decode_fwd_ws(p, ctx->n_threads); // paged K/V: see cpu_fwd
+    return fwd_carve(ctx, p, NULL).total;
+}
+
+typedef struct fwd_job {
+    const flashc_problem *p;
+    const flashc_fwd_args *a;
+    const flashc_cpu_kernels *k;
+    fwd_layout L;
+} fwd_job;
+
+// Chunk c is one query block of one (b, h). Heads go one after the other, so threads at work at
+// the same time read the same K and V (one fetch from DRAM into L3 serves both); within a head the
+// last blocks of the last sequence come first, since under a causal mask they see the most keys
+// (largest first balances the threads' loads).
+static void fwd_chunk(void *arg, int64_t c, int thread) {
+    const fwd_job *J = arg;
+    const flashc_problem *p = J->p;
+    const int64_t n_blk = J->L.blk_off[p->B];
+    const int h = (int)(c / n_blk);
+    const int64_t g = n_blk - 1 - c % n_blk;
+    const int b = find_seq(J->L.blk_off, p->B, g);
+    const int64_t i0 = (g - J->L.blk_off[b]) * FLASHC_CPU_FWD_BR;
+    J->k->fwd_qblock(p, J->a, b, h, i0, J->L.scratch + J->L.slice * (size_t)thread);
+}
+
+static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
+    cpu_state *st = ctx->priv;
+    // Paged K/V goes through the decode kernel (flashc_cpu_decode.c), which reads K_j, V_j rows
+    // through the block table; correct for any seqlen_q, though not at this kernel's speed.
+    if (p->block_table) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
+    fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws)};
+    J.L.blk_off[0] = 0;
+    for (int b = 0; b < p->B; b++) J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+    flashc__pool_run(st->pool, fwd_chunk, &J, J.L.blk_off[p->B] * p->H);
+    return FLASHC_OK;
+}
+
+// ------------------------------------------------------------------------------------------------
+// backward
+//
+// Order of work (FA2 Alg. 2 with the dQ accumulation made deterministic):
+//   1. D_i = rowsum(dO_i o O_i) for every (b, h, row), in parallel over (b, h, 256-row chunk).
+//   2. For each kv head, for each wave of sequences (<= BWD_WAVE_ROWS rows unless one is longer),
+//      for each query head h of the kv head's group, in order:
+//        a. in parallel over (b in wave, slot s < n_slots): zero slot s's dQ partial of sequence b,
+//           then run every key block j = s, s + n_slots, ... of b (bwd_kvblock), which adds into
+//           that partial and writes dK_j, dV_j (through the fp32 group sums when group > 1);
+//        b. in parallel over (b, 256-row chunk): dQ = sum of the slot partials, in slot order.
+//   n_slots = n_threads .. 4 n_threads (BWD_SLOT_BYTES). Each key block's dK_j, dV_j are private
+//   to one call.
+//
+// Workspace layout (every piece 64-byte aligned):
+//   Di        fp32, like lse: (B, H, Sq) or (H, total_q)
+//   q_off     int64 (B + 1)  first row of each sequence of the wave in the wave's buffers
+//   k_off     int64 (B + 1)  same for key rows
+//   r_off     int64 (B + 1)  prefix sums of the wave's dQ-reduction chunks
+//   dq_part   fp32 n_slots x CAPQ x Dp   slot partials of dQ, row-major, D padded to Dp
+//   dk_sum    fp32 CAPK x D   GQA sums of dK over the group's heads (group > 1 only)
+//   dv_sum    fp32 CAPK x D   same for dV
+//   scratch   n_threads slices of flashc__cpu_bwd_carve bytes: K_j^T, V_j^T, dK_j^T, dV_j^T, ...
+// with CAPQ = max(Sq, min(4096, total_q)), CAPK likewise, Dp = D rounded up to 32. At B = 1, H = 8,
+// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 slots x 16 MiB + scratch 0.7 MiB.
+
+typedef struct bwd_layout {
+    float *Di;
+    int64_t *q_off, *k_off, *r_off;
+    float *dq_part, *dk_sum, *dv_sum;
+    char *scratch;
+    size_t slice, total;
+    int64_t capq, capk, part_stride; // part_stride: floats per slot partial (CAPQ * Dp_max)
+    int n_slots;
+} bwd_layout;
+
+static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void *ws) {
+    bwd_layout L;
+    size_t off = 0, f = sizeof(float), nb = (size_t)p->B + 1;
+    const size_t n_lse = p->varlen ? (size_t)p->H * (size_t)p->total_q : (size_t)p->B * p->H * (size_t)p->Sq;
+    const size_t Dp = flashc__cpu_round_up((size_t)p->D, FLASHC_CPU_DP_ALIGN_MAX);
+    L.capq = max64(p->Sq, min64(BWD_WAVE_ROWS, p->total_q));
+    L.capk = max64(p->Sk, min64(BWD_WAVE_ROWS, p->total_k));
+    L.part_stride = L.capq * (int64_t)Dp;
+    L.Di = flashc__cpu_take(ws, &off, n_lse * f);
+    L.q_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
+    L.k_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
+    L.r_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
+    const size_t slot_bytes = (size_t)L.part_stride * f;
+    L.n_slots = (int)max64(ctx->n_threads, min64(4 * (int64_t)ctx->n_threads, (int64_t)(BWD_SLOT_BYTES / slot_bytes)));
+    L.dq_part = flashc__cpu_take(ws, &off, (size_t)L.n_slots * slot_bytes);
+    const size_t sum = p->group > 1 ? (size_t)L.capk * (size_t)p->D * f : 0;
+    L.dk_sum = flashc__cpu_take(ws, &off, sum);
+    L.dv_sum = flashc__cpu_take(ws, &off, sum);
+    L.slice = flashc__cpu_bwd_carve(p, NULL, NULL);
+    L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
+    L.total = off;
+    return L;
+}
+
+static size_t cpu_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) { return bwd_carve(ctx, p, NULL).total; }
+
+typedef struct bwd_job {
+    const flashc_problem *p;
+    const flashc_bwd_args *a;
+    const flashc_cpu_kernels *k;
+    bwd_layout L;
+    int n_slots;
+    int64_t Dp;
+    // the current wave and head
+    int b0, nb;
+    int h, first_head, last_head;
+} bwd_job;
+
+// Step 1: D_i = rowsum(dO_i o O_i) in fp32 for REDUCE_ROWS rows of one (b, h); chunk c is
+// (h = c % H, chunk c / H of the prefix r_off over all sequences).
+static void bwd_dot_do_o_chunk(void *arg, int64_t c, int thread) {
+    (void)thread;
+    const bwd_job *J = arg;
+    const flashc_problem *p = J->p;
+    const int h = (int)(c % p->H);
+    const int64_t g = c / p->H;
+    const int b = find_seq(J->L.r_off, p->B, g);
+    const flashc_seq s = flashc__seq(p, b);
+    const int64_t r0 = (g - J->L.r_off[b]) * REDUCE_ROWS, r1 = min64(r0 + REDUCE_ROWS, s.sq);
+    for (int64_t i = r0; i < r1; i++) {
+        const int64_t o_off = flashc__row_off(p, p->o_stride, b, s.q_row0, i) + h * p->o_stride[2];
+        const int64_t do_off = flashc__row_off(p, p->do_stride, b, s.q_row0, i) + h * p->do_stride[2];
+        float acc = 0.0f;
+        if (p->dtype == FLASHC_DTYPE_F32) {
+            const float *o = (const float *)J->a->o + o_off, *dout = (const float *)J->a->dout + do_off;
+            for (int64_t d = 0; d < p->D; d++) acc += o[d] * dout[d];
+        } else {
+            for (int64_t d = 0; d < p->D; d++)
+                acc += flashc__load(J->a->o, o_off + d, p->dtype) * flashc__load(J->a->dout, do_off + d, p->dtype);
+        }
+        J->L.Di[flashc__lse_off(p, b, h, &s, i)] = acc;
+    }
+}
+
+// Step 2a: chunk = (sequence b0 + c / n_slots, slot c % n_slots).
+static void bwd_slot_chunk(void *arg, int64_t c, int thread) {
+    const bwd_job *J = arg;
+    const flashc_problem *p = J->p;
+    const int wb = (int)(c / J->n_slots), slot = (int)(c % J->n_slots), b = J->b0 + wb;
+    const flashc_seq s = flashc__seq(p, b);
+    float *part = J->L.dq_part + (size_t)slot * (size_t)J->L.part_stride + (size_t)(J->L.q_off[wb] * J->Dp);
+    memset(part, 0, sizeof(float) * (size_t)(s.sq * J->Dp));
+    flashc_cpu_bwd_block blk = {
+        .b = b, .h = J->h, .Di = J->L.Di, .dq_acc = part, .dq_ld = J->Dp,
+        .dk_acc = p->group > 1 ? J->L.dk_sum + J->L.k_off[wb] * p->D : NULL,
+        .dv_acc = p->group > 1 ? J->L.dv_sum + J->L.k_off[wb] * p->D : NULL,
+        .first_head = J->first_head, .last_head = J->last_head,
+    };
+    void *scratch = J->L.scratch + J->L.slice * (size_t)thread;
+    for (int64_t j0 = (int64_t)slot * FLASHC_CPU_BWD_BC; j0 < s.sk; j0 += (int64_t)J->n_slots * FLASHC_CPU_BWD_BC) {
+        blk.j0 = j0;
+        J->k->bwd_kvblock(p, J->a, &blk, scratch);
+    }
+    // Keys past seqused_k belong to no query: their dK, dV rows are zero (written once per kv head).
+    if (slot == 0 && J->last_head) {
+        const int64_t sk_all = p->varlen ? p->cu_k_host[b + 1] - p->cu_k_host[b] : p->Sk;
+        const int kvh = J->h / p->group;
+        for (int64_t j = s.sk; j < sk_all; j++) {
+            const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j) + kvh * p->dk_stride[2];
+            const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j) + kvh * p->dv_stride[2];
+            for (int64_t d = 0; d < p->D; d++) {
+                flashc__store(J->a->dk, dk_off + d, p->dtype, 0.0f);
+                flashc__store(J->a->dv, dv_off + d, p->dtype, 0.0f);
+            }
+        }
+    }
+}
+
+// Step 2b: chunk = REDUCE_ROWS rows of one sequence of the wave; dQ = sum over slots, slot order.
+static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
+    (void)thread;
+    const bwd_job *J = arg;
+    const flashc_problem *p = J->p;
+    const int wb = find_seq(J->L.r_off, J->nb, c);
+    const int b = J->b0 + wb;
+    const flashc_seq s = flashc__seq(p, b);
+    const int64_t r0 = (c - J->L.r_off[wb]) * REDUCE_ROWS, r1 = min64(r0 + REDUCE_ROWS, s.sq);
+    const float *part0 = J->L.dq_part + (size_t)(J->L.q_off[wb] * J->Dp);
+    for (int64_t i = r0; i < r1; i++) {
+        const int64_t dq_off = flashc__row_off(p, p->dq_stride, b, s.q_row0, i) + J->h * p->dq_stride[2];
+        for (int64_t d = 0; d < p->D; d++) {
+            float acc = 0.0f;
+            for (int sl = 0; sl < J->n_slots; sl++) acc += part0[(size_t)sl * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d)];
+            flashc__store(J->a->dq, dq_off + d, p->dtype, acc);
+        }
+    }
+}
+
+static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a) {
+    cpu_state *st = ctx->priv;
+    bwd_job J = {.p = p, .a = a, .k = st->k, .L = bwd_carve(ctx, p, a->ws)};
+    J.n_slots = J.L.n_slots;
+    J.Dp = (int64_t)flashc__cpu_round_up((size_t)p->D, (size_t)st->k->dp_align);
+
+    J.L.r_off[0] = 0; // all sequences' REDUCE_ROWS chunks, for step 1 (the waves reuse r_off)
+    for (int b = 0; b < p->B; b++) J.L.r_off[b + 1] = J.L.r_off[b] + ceil_div(flashc__seq(p, b).sq, REDUCE_ROWS);
+    flashc__pool_run(st->pool, bwd_dot_do_o_chunk, &J, J.L.r_off[p->B] * p->H);
+
+    for (int kvh = 0; kvh < p->H_kv; kvh++) {
+        for (int b0 = 0; b0 < p->B; b0 += J.nb) {
+            // the wave: sequences b0 .. b0 + nb - 1, at least one, at most CAPQ / CAPK rows
+            int64_t rows_q = 0, rows_k = 0;
+            J.b0 = b0;
+            J.nb = 0;
+            J.L.r_off[0] = 0;
+            while (b0 + J.nb < p->B) {
+                const flashc_seq s = flashc__seq(p, b0 + J.nb);
+                if (J.nb > 0 && (rows_q + s.sq > J.L.capq || rows_k + s.sk > J.L.capk)) break;
+                J.L.q_off[J.nb] = rows_q;
+                J.L.k_off[J.nb] = rows_k;
+                J.L.r_off[J.nb + 1] = J.L.r_off[J.nb] + ceil_div(s.sq, REDUCE_ROWS);
+                rows_q += s.sq;
+                rows_k += s.sk;
+                J.nb++;
+            }
+            for (int g = 0; g < p->group; g++) {
+                J.h = kvh * p->group + g;
+                J.first_head = g == 0;
+                J.last_head = g == p->group - 1;
+                flashc__pool_run(st->pool, bwd_slot_chunk, &J, (int64_t)J.nb * J.n_slots);
+                flashc__pool_run(st->pool, bwd_reduce_chunk, &J, J.L.r_off[J.nb]);
+            }
+        }
+    }
+    return FLASHC_OK;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+// KV cache: the decode kernel (flashc_cpu_decode.c) does the append, the rotary and the attention.
+static size_t cpu_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
+    return flashc__cpu_decode_kvcache_ws(p, ctx->n_threads, a);
+}
+
+static flashc_status cpu_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
+    cpu_state *st = ctx->priv;
+    return flashc__cpu_decode_kvcache(st->pool, st->k->isa, p, a);
+}
+
+const flashc_backend_ops flashc__cpu_ops = {
+    .name = "cpu",
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .supports = cpu_supports,
+    .fwd_ws = cpu_fwd_ws,
+    .bwd_ws = cpu_bwd_ws,
+    .fwd = cpu_fwd,
+    .bwd = cpu_bwd,
+    .kvcache_ws = cpu_kvcache_ws,
+    .fwd_kvcache = cpu_fwd_kvcache,
+    .merge = flashc__merge_host,
+};

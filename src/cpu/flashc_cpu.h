@@ -1,0 +1,138 @@
+// flashc_cpu.h -- private to the CPU backend: tile sizes, the per-ISA kernel table, and what the
+// driver (flashc_cpu.c) hands to one kernel call. The kernels themselves are written once, in
+// flashc_cpu_kernels.h, and compiled once per ISA (flashc_cpu_scalar.c, _avx2.c, _avx512.c).
+#ifndef FLASHC_CPU_H
+#define FLASHC_CPU_H
+
+#include "flashc_internal.h"
+
+// Tile sizes. The forward keeps Q_i^T and O_i^T of FWD_BR query rows (the vector lanes) and streams
+// K_j, V_j in blocks of FWD_BC keys; the backward keeps K_j^T, V_j^T, dK_j^T, dV_j^T of BWD_BC keys
+// (the lanes) and streams Q_i, dO_i in blocks of BWD_BR rows. At D = 128 the forward's tiles are
+// 250 KiB and the backward's 450 KiB, inside the 512 KiB L2 of a Zen 3 core; the microkernels'
+// operand panels (a 24- or 16-column slice of the stationary tile, <= 12 KiB) stay in L1. Every
+// streamed row is read once per stationary block, so a wider stationary block reads less. Measured
+// (fp32, D = 128, Sq = Sk = 2048, 1 thread, best of several on a loaded machine): the forward at
+// FWD_BR = 144 ran 15-35% faster than at 96, and no faster at 192 or 240; the backward at
+// BWD_BC = 128 ran 10-25% faster than at 64, with BWD_BR = 64 and 96 alike.
+// FWD_BR is a multiple of 48 (3 vectors of 16 lanes), BWD_BC of 32, so every ISA tiles them evenly.
+#define FLASHC_CPU_FWD_BR 144
+#define FLASHC_CPU_FWD_BC 64
+#define FLASHC_CPU_BWD_BR 64
+#define FLASHC_CPU_BWD_BC 128
+// The backward pads D to a multiple of the dQ microkernel's width (2 vectors); workspace sizes use
+// the widest ISA's (2 x 16 lanes) so they do not depend on the ISA picked.
+#define FLASHC_CPU_DP_ALIGN_MAX 32
+
+// One backward kernel call: key block [j0, min(j0 + BWD_BC, sk)) of sequence b against every query
+// row of head h that sees it (FA2 Alg. 2, lines 6-21 for one j and one head).
+typedef struct flashc_cpu_bwd_block {
+    int b, h;
+    int64_t j0;
+    const float *Di;          // D_i = rowsum(dO_i * O_i), fp32, indexed like lse (flashc__lse_off)
+    float *dq_acc;            // this slot's fp32 dQ partial of sequence b: (sq, dq_ld), row-major, +=
+    int64_t dq_ld;            // its row stride (D padded to the ISA's dp_align)
+    float *dk_acc, *dv_acc;   // fp32 (sk, D) sums over the GQA group for sequence b, or NULL if group == 1
+    int first_head, last_head; // h is the first / last query head of its group
+} flashc_cpu_bwd_block;
+
+typedef struct flashc_cpu_kernels {
+    const char *isa; // "scalar", "avx2", "avx512"
+    int dp_align;    // the backward's padding of D (2 vectors of the ISA), <= FLASHC_CPU_DP_ALIGN_MAX
+    // Forward for query rows [i0, min(i0 + FWD_BR, sq)) of sequence b, head h: writes o and lse rows.
+    void (*fwd_qblock)(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
+                       void *scratch);
+    // Backward for one key block (see flashc_cpu_bwd_block).
+    void (*bwd_kvblock)(const flashc_problem *p, const flashc_bwd_args *a, const flashc_cpu_bwd_block *blk,
+                        void *scratch);
+} flashc_cpu_kernels;
+
+FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_scalar;
+FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_avx2;
+FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_avx512;
+
+// ------------------------------------------------------------------------------------------------
+// per-thread scratch: one 64-byte aligned slice of the workspace per thread, carved into tiles here
+// (so the driver's size and the kernels' pointers come from the same list). With base == NULL only
+// the size in bytes is computed. Every piece starts on a 64-byte boundary.
+
+static inline size_t flashc__cpu_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// Row stride (floats) of the fp32 copies of streamed rows (K_j, V_j forward; Q_i, dO_i backward):
+// D rounded to a cache line plus one line, so consecutive rows start in different L1 sets. A
+// power-of-two stride (D = 128: 512 B, or the input's own 8 KiB at H = 16) puts the column the
+// microkernel walks in a handful of sets and thrashes L1.
+static inline size_t flashc__cpu_row_ld(size_t D) { return flashc__cpu_round_up(D, 16) + 16; }
+
+static inline void *flashc__cpu_take(char *base, size_t *off, size_t bytes) {
+    void *p = base ? base + *off : NULL;
+    *off += flashc__cpu_round_up(bytes, 64);
+    return p;
+}
+
+// Forward, one query block (FWD_BR rows, the lanes) against key blocks of FWD_BC:
+//   QT  D x BR    Q_i^T * scale (* log2 e)     OT  D x BR   unnormalised O_i^T (fp32 accumulator)
+//   ST  BC x BR   S_ij^T, then P_ij^T in place
+//   K, V  BC x ld fp32 copies of K_j, V_j, ld = flashc__cpu_row_ld(D)
+//   m, m_new, m_use, l, alpha: BR each          lo, hi: BR int64 each, the rows' key ranges
+typedef struct flashc_cpu_fwd_scratch {
+    float *QT, *OT, *ST, *K, *V, *m, *m_new, *m_use, *l, *alpha;
+    int64_t *lo, *hi;
+} flashc_cpu_fwd_scratch;
+
+static inline size_t flashc__cpu_fwd_carve(const flashc_problem *p, void *base, flashc_cpu_fwd_scratch *s) {
+    size_t D = (size_t)p->D, BR = FLASHC_CPU_FWD_BR, BC = FLASHC_CPU_FWD_BC, off = 0, f = sizeof(float);
+    size_t kv = BC * flashc__cpu_row_ld(D) * f;
+    flashc_cpu_fwd_scratch t;
+    t.QT = flashc__cpu_take(base, &off, D * BR * f);
+    t.OT = flashc__cpu_take(base, &off, D * BR * f);
+    t.ST = flashc__cpu_take(base, &off, BC * BR * f);
+    t.K = flashc__cpu_take(base, &off, kv);
+    t.V = flashc__cpu_take(base, &off, kv);
+    t.m = flashc__cpu_take(base, &off, BR * f);
+    t.m_new = flashc__cpu_take(base, &off, BR * f);
+    t.m_use = flashc__cpu_take(base, &off, BR * f);
+    t.l = flashc__cpu_take(base, &off, BR * f);
+    t.alpha = flashc__cpu_take(base, &off, BR * f);
+    t.lo = flashc__cpu_take(base, &off, BR * sizeof(int64_t));
+    t.hi = flashc__cpu_take(base, &off, BR * sizeof(int64_t));
+    if (s) *s = t;
+    return off;
+}
+
+// Backward, one key block (BWD_BC keys, the lanes) against query blocks of BWD_BR rows:
+//   KT, VT  D x BC   K_j^T * scale (* log2 e), V_j^T      dKT, dVT  D x BC  fp32 dK_j^T, dV_j^T
+//   K       BC x Dp  K_j * scale, zero-padded to Dp columns (the B operand of dQ_i += dS_ij K_j)
+//   S, dP, T  BR x BC  S_ij -> P_ij, dP_ij -> dS_ij, tanh of the softcap (softcap only)
+//   Q, dO   BR x ld  fp32 copies of Q_i, dO_i, ld = flashc__cpu_row_ld(D)
+//   L2, Di: BR each (L_i * log2 e, D_i)       lo, hi: BR int64 each
+typedef struct flashc_cpu_bwd_scratch {
+    float *KT, *VT, *dKT, *dVT, *K, *S, *dP, *T, *Q, *dO, *L2, *Di;
+    int64_t *lo, *hi;
+} flashc_cpu_bwd_scratch;
+
+static inline size_t flashc__cpu_bwd_carve(const flashc_problem *p, void *base, flashc_cpu_bwd_scratch *s) {
+    size_t D = (size_t)p->D, BR = FLASHC_CPU_BWD_BR, BC = FLASHC_CPU_BWD_BC, off = 0, f = sizeof(float);
+    size_t Dp = flashc__cpu_round_up(D, FLASHC_CPU_DP_ALIGN_MAX);
+    size_t qdo = BR * flashc__cpu_row_ld(D) * f;
+    size_t t_sz = p->softcap > 0 ? BR * BC * f : 0;
+    flashc_cpu_bwd_scratch t;
+    t.KT = flashc__cpu_take(base, &off, D * BC * f);
+    t.VT = flashc__cpu_take(base, &off, D * BC * f);
+    t.dKT = flashc__cpu_take(base, &off, D * BC * f);
+    t.dVT = flashc__cpu_take(base, &off, D * BC * f);
+    t.K = flashc__cpu_take(base, &off, BC * Dp * f);
+    t.S = flashc__cpu_take(base, &off, BR * BC * f);
+    t.dP = flashc__cpu_take(base, &off, BR * BC * f);
+    t.T = flashc__cpu_take(base, &off, t_sz);
+    t.Q = flashc__cpu_take(base, &off, qdo);
+    t.dO = flashc__cpu_take(base, &off, qdo);
+    t.L2 = flashc__cpu_take(base, &off, BR * f);
+    t.Di = flashc__cpu_take(base, &off, BR * f);
+    t.lo = flashc__cpu_take(base, &off, BR * sizeof(int64_t));
+    t.hi = flashc__cpu_take(base, &off, BR * sizeof(int64_t));
+    if (s) *s = t;
+    return off;
+}
+
+#endif // FLASHC_CPU_H

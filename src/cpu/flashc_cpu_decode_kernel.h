@@ -1,0 +1,506 @@
+// flashc_cpu_decode_kernel.h -- the decode kernel's work item (see flashc_cpu_decode.h), written
+// against flashc_simd.h.
+//
+// An "include template" like flashc_cpu_kernels.h: flashc_cpu_decode_<isa>.c defines FLASHC_ISA and
+// FLASHC_ISA_NAME(x) and includes this file, which defines flashc__cpu_dec_item_<isa>.
+//
+// Layout of the math: query rows in registers, keys streamed. For each block of BC keys and each
+// kv head of the item, every row tile (MR rows of that head's group) does FA2's inner loop
+// (Alg. 1 lines 8-10) against the block: S_ij = Q_i K_j^T one key at a time (MR rows x 2 vectors of
+// accumulators, then a horizontal sum), the online softmax over the block, and O_i += P_ij V_j with
+// the MR x 2 (or 4) vectors of O_i in registers while the keys stream. K_j and V_j are read in
+// their dtype straight from the cache (bf16 / f16 widened in registers), never copied, except when
+// D is not a multiple of the vector width (then an fp32 copy padded with zeros).
+#ifndef FLASHC_ISA_NAME
+#error "define FLASHC_ISA and FLASHC_ISA_NAME before including flashc_cpu_decode_kernel.h"
+#endif
+
+#include "flashc_cpu_decode.h"
+#include "flashc_simd.h"
+
+#define W FLASHC_VF32_W
+#define BC FLASHC_CPU_DEC_BC
+#define MR FLASHC_CPU_DEC_MR
+#define LOG2E 1.4426950408889634f
+#define LN2 0.69314718055994531f
+
+#if defined(__GNUC__)
+#define DEC_INLINE static inline __attribute__((always_inline))
+#define DEC_UNROLL _Pragma("GCC unroll 4")
+#else
+#define DEC_INLINE static inline
+#define DEC_UNROLL
+#endif
+
+static inline int64_t dec_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t dec_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ------------------------------------------------------------------------------------------------
+// horizontal reductions (once per key or per block, outside the FMA chains)
+
+#if FLASHC_ISA == FLASHC_ISA_AVX2 || FLASHC_ISA == FLASHC_ISA_AVX512
+#if FLASHC_ISA == FLASHC_ISA_AVX512
+DEC_INLINE __m256 dec_half(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
+#else
+DEC_INLINE __m256 dec_half(__m256 a) { return a; }
+#endif
+// out[r] = the sum of the lanes of a_r, r < 4: three hadds give [a0 a1 a2 a3 | a0 a1 a2 a3] partial
+// sums of each 128-bit half, one add folds the halves
+DEC_INLINE void hsum4(FLASHC_VF32 a0, FLASHC_VF32 a1, FLASHC_VF32 a2, FLASHC_VF32 a3, float *out) {
+    __m256 t0 = _mm256_hadd_ps(dec_half(a0), dec_half(a1)), t1 = _mm256_hadd_ps(dec_half(a2), dec_half(a3));
+    __m256 t = _mm256_hadd_ps(t0, t1);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
+#else
+DEC_INLINE void hsum4(FLASHC_VF32 a0, FLASHC_VF32 a1, FLASHC_VF32 a2, FLASHC_VF32 a3, float *out) {
+    out[0] = a0;
+    out[1] = a1;
+    out[2] = a2;
+    out[3] = a3;
+}
+#endif
+
+static inline float hmax(FLASHC_VF32 a) {
+    float t[W], x;
+    FLASHC_VF32_STORE(t, a);
+    x = t[0];
+    for (int i = 1; i < W; i++) x = t[i] > x ? t[i] : x;
+    return x;
+}
+
+static inline float hsum(FLASHC_VF32 a) {
+    float t[W], x = 0.0f;
+    FLASHC_VF32_STORE(t, a);
+    for (int i = 0; i < W; i++) x += t[i];
+    return x;
+}
+
+// W elements d .. d + W - 1 of a row of dtype dt, as fp32 (dt is a constant at every call)
+DEC_INLINE FLASHC_VF32 load_elems(const char *row, int64_t d, flashc_dtype dt) {
+    if (dt == FLASHC_DTYPE_BF16) return flashc_vf32_load_bf16((const uint16_t *)row + d);
+    if (dt == FLASHC_DTYPE_F16) return flashc_vf32_load_f16((const uint16_t *)row + d);
+    return FLASHC_VF32_LOAD((const float *)row + d);
+}
+
+// bf16 pairs: 2W bf16 at row + d in one load, widened as two vectors without a shuffle: the low
+// halves of the 32-bit words (elements d, d+2, ...) shifted up, the high halves (d+1, d+3, ...)
+// masked. The products see the elements in that even / odd order, so Q and O are kept in it too
+// (pair_pos); 3 operations per 2W elements instead of 4 (zero-extend, shift, twice).
+#if FLASHC_ISA == FLASHC_ISA_AVX512
+#define PAIR_BF16 1
+DEC_INLINE void load_pair_bf16(const char *row, int64_t d, FLASHC_VF32 *even, FLASHC_VF32 *odd) {
+    const __m512i x = _mm512_loadu_si512((const void *)((const uint16_t *)row + d));
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
+}
+#elif FLASHC_ISA == FLASHC_ISA_AVX2
+#define PAIR_BF16 1
+DEC_INLINE void load_pair_bf16(const char *row, int64_t d, FLASHC_VF32 *even, FLASHC_VF32 *odd) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+}
+#else
+#define PAIR_BF16 0
+DEC_INLINE void load_pair_bf16(const char *row, int64_t d, FLASHC_VF32 *even, FLASHC_VF32 *odd) {
+    *even = load_elems(row, d, FLASHC_DTYPE_BF16);
+    *odd = load_elems(row, d + W, FLASHC_DTYPE_BF16);
+}
+#endif
+
+// Where element d of a head vector sits in the scratch rows (Q, O): in pair order for bf16 (see
+// load_pair_bf16), else in place.
+static inline int64_t pair_pos(int64_t d, int pair) {
+    if (!pair) return d;
+    const int64_t g = d / (2 * W), r = d % (2 * W);
+    return g * 2 * W + (r % 2 ? W + r / 2 : r / 2);
+}
+
+// (k0, k1): the 2W elements d .. d + 2W - 1 as two vectors, in the order Q and O use
+DEC_INLINE void load_two(const char *row, int64_t d, flashc_dtype dt, int pair, FLASHC_VF32 *k0, FLASHC_VF32 *k1) {
+    if (pair) {
+        load_pair_bf16(row, d, k0, k1);
+    } else {
+        *k0 = load_elems(row, d, dt);
+        *k1 = load_elems(row, d + W, dt);
+    }
+}
+
+// The next block's K (or V) rows, as a list of segments of seg_lines cache lines each (a key row's
+// span over the item's heads when they are packed, else one head's D elements), prefetched a few
+// lines per key while this block computes. Measured on a Zen 3 (D = 128, 8 kv heads, bf16): the
+// head-by-head order of the products reads 256 bytes every 2 KiB, which streams at ~1/3 of the
+// sequential rate even with each head's lines prefetched ahead; prefetching whole rows in order
+// and spreading them over the head passes brings it back to the sequential rate.
+typedef struct pf_cursor {
+    const char **seg;
+    int64_t seg_lines, s, l, left; // current segment and line, lines left to issue in this pass
+} pf_cursor;
+
+DEC_INLINE void pf_step(pf_cursor *pc, int64_t n) {
+    for (; n > 0 && pc->left > 0; n--, pc->left--) {
+        FLASHC_PREFETCH(pc->seg[pc->s] + 64 * pc->l);
+        if (++pc->l == pc->seg_lines) pc->l = 0, pc->s++;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// the microkernels (mr, nch and dt are constants at every call: the loops unroll, the
+// accumulators live in registers)
+
+// S[r][c] = Q_r . K_c for rows r < mr (Q rows Dp apart, pre-scaled), keys c < nk (Alg. 1 line 8).
+// Two accumulators per row (even / odd vectors) keep 2 * mr FMA chains in flight. With each key,
+// pf_per_key lines of the next block are prefetched (pc may be NULL).
+DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, float *restrict S, const float *restrict Q,
+                        int64_t Dp, const char *const *kp, int64_t nk, int64_t Dv, pf_cursor *pc, int64_t pf_per_key) {
+    for (int64_t c = 0; c < nk; c++) {
+        const char *K_c = kp[c];
+        if (pc) pf_step(pc, pf_per_key);
+        FLASHC_VF32 a0[MR], a1[MR];
+        DEC_UNROLL for (int r = 0; r < MR; r++) a0[r] = a1[r] = FLASHC_VF32_ZERO();
+        int64_t d = 0;
+        for (; d + 2 * W <= Dv; d += 2 * W) {
+            FLASHC_VF32 k0, k1;
+            load_two(K_c, d, dt, pair, &k0, &k1);
+            DEC_UNROLL for (int r = 0; r < MR; r++) {
+                if (r < mr) {
+                    a0[r] = FLASHC_VF32_FMA(k0, FLASHC_VF32_LOAD(Q + r * Dp + d), a0[r]);
+                    a1[r] = FLASHC_VF32_FMA(k1, FLASHC_VF32_LOAD(Q + r * Dp + d + W), a1[r]);
+                }
+            }
+        }
+        for (; d < Dv; d += W) {
+            const FLASHC_VF32 k0 = load_elems(K_c, d, dt);
+            DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) a0[r] = FLASHC_VF32_FMA(k0, FLASHC_VF32_LOAD(Q + r * Dp + d), a0[r]);
+        }
+        float s4[4];
+        hsum4(FLASHC_VF32_ADD(a0[0], a1[0]), FLASHC_VF32_ADD(a0[1], a1[1]), FLASHC_VF32_ADD(a0[2], a1[2]),
+              FLASHC_VF32_ADD(a0[3], a1[3]), s4);
+        DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) S[r * BC + c] = s4[r];
+    }
+}
+
+// O_r = alpha_r O_r + sum_c P[r][c] V_c for rows r < mr (Alg. 1 line 10), nch vectors of D per pass:
+// mr * nch accumulators in registers while the nk keys stream.
+DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp, int64_t d,
+                        const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
+                        pf_cursor *pc, int64_t pf_per_key) {
+    FLASHC_VF32 o[4][MR];
+    DEC_UNROLL for (int r = 0; r < MR; r++) {
+        if (r < mr) {
+            const FLASHC_VF32 al = FLASHC_VF32_SET1(alpha[r]);
+            DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) o[u][r] = FLASHC_VF32_MUL(FLASHC_VF32_LOAD(O + r * Dp + d + u * W), al);
+        }
+    }
+    for (int64_t c = 0; c < nk; c++) {
+        if (pc) pf_step(pc, pf_per_key);
+        FLASHC_VF32 v[4];
+        if (nch == 1) v[0] = load_elems(vp[c], d, dt);
+        if (nch >= 2) load_two(vp[c], d, dt, pair, &v[0], &v[1]);
+        if (nch == 4) load_two(vp[c], d + 2 * W, dt, pair, &v[2], &v[3]);
+        DEC_UNROLL for (int r = 0; r < MR; r++) {
+            if (r < mr) {
+                const FLASHC_VF32 P_rc = FLASHC_VF32_SET1(P[r * BC + c]);
+                DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) o[u][r] = FLASHC_VF32_FMA(P_rc, v[u], o[u][r]);
+            }
+        }
+    }
+    DEC_UNROLL for (int r = 0; r < MR; r++) {
+        if (r < mr) {
+            DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) FLASHC_VF32_STORE(O + r * Dp + d + u * W, o[u][r]);
+        }
+    }
+}
+
+DEC_INLINE void pv_tile(const int mr, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp,
+                        const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
+                        int64_t Dv, pf_cursor *pc, int64_t pf_per_key) {
+    // 8 chains: 4 rows x 2 vectors, or (1-2 rows) x 4 vectors; the next block's V lines are
+    // prefetched during the first pass. Pairs of bf16 vectors stay together (Dv % 2W == 0 then).
+    const int nch = mr <= 2 ? 4 : 2;
+    int64_t d = 0;
+    for (; d + nch * W <= Dv; d += nch * W)
+        pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
+    for (; pair && d < Dv; d += 2 * W)
+        pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
+    for (; d < Dv; d += W) pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
+}
+
+// ------------------------------------------------------------------------------------------------
+// the online softmax of one row tile over one key block (Alg. 1 lines 9-10, log2 units)
+
+// Row r of S: softcap, ALiBi, the mask, then m_new = max(m, rowmax S), alpha = 2^(m - m_new),
+// P = 2^(S - m_new) in place, l = alpha l + rowsum P. A row that has seen no key yet keeps P = 0 and
+// alpha = 0 (the subtrahend is 0 instead of -inf, which would give NaN).
+static void softmax_rows(const flashc_problem *p, float *S, int mr, int64_t nk, int64_t j0, const float *slope2,
+                         const int64_t *diag, const int64_t *lo, const int64_t *hi, float *m, float *l,
+                         float *alpha) {
+    const int64_t nkw = (nk + W - 1) / W * W;
+    const FLASHC_VF32 neg_inf = FLASHC_VF32_SET1(-INFINITY);
+    for (int r = 0; r < mr; r++) {
+        float *S_r = S + r * BC;
+        if (p->softcap > 0) { // S = cap tanh(S / cap), tanh(y) = (1 - e) / (1 + e), e = 2^(-2 y log2 e)
+            const FLASHC_VF32 inv = FLASHC_VF32_SET1(1.0f / p->softcap), k2 = FLASHC_VF32_SET1(-2.0f * LOG2E),
+                              lo9 = FLASHC_VF32_SET1(-9.0f), hi9 = FLASHC_VF32_SET1(9.0f), one = FLASHC_VF32_SET1(1.0f),
+                              om = FLASHC_VF32_SET1(p->softcap * LOG2E);
+            for (int64_t c = 0; c < nkw; c += W) {
+                FLASHC_VF32 y = FLASHC_VF32_MIN(hi9, FLASHC_VF32_MAX(lo9, FLASHC_VF32_MUL(FLASHC_VF32_LOAD(S_r + c), inv)));
+                FLASHC_VF32 e = flashc_vexp2(FLASHC_VF32_MUL(k2, y));
+                FLASHC_VF32_STORE(S_r + c, FLASHC_VF32_MUL(om, FLASHC_VF32_DIV(FLASHC_VF32_SUB(one, e), FLASHC_VF32_ADD(one, e))));
+            }
+        }
+        if (slope2[r] != 0.0f) // S -= slope |i + sk - sq - j| (log2 units)
+            for (int64_t c = 0; c < nk; c++) S_r[c] -= slope2[r] * fabsf((float)(diag[r] - (j0 + c)));
+        // the mask (keys outside [lo, hi)) and the padding past nk
+        const int64_t c_lo = dec_max(0, dec_min(nk, lo[r] - j0)), c_hi = dec_max(c_lo, dec_min(nk, hi[r] - j0));
+        for (int64_t c = 0; c < c_lo; c++) S_r[c] = -INFINITY;
+        for (int64_t c = c_hi; c < nkw; c++) S_r[c] = -INFINITY;
+
+        FLASHC_VF32 mx = neg_inf;
+        for (int64_t c = 0; c < nkw; c += W) mx = FLASHC_VF32_MAX(mx, FLASHC_VF32_LOAD(S_r + c));
+        const float m_blk = hmax(mx), m_old = m[r];
+        const float m_new = m_blk > m_old ? m_blk : m_old;
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        float a[W];
+        FLASHC_VF32_STORE(a, flashc_vexp2(FLASHC_VF32_SET1(m_old - m_use))); // 0 for m_old = -inf
+        alpha[r] = a[0];
+        const FLASHC_VF32 mu = FLASHC_VF32_SET1(m_use);
+        FLASHC_VF32 sum = FLASHC_VF32_ZERO();
+        for (int64_t c = 0; c < nkw; c += W) {
+            const FLASHC_VF32 P = flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(S_r + c), mu));
+            FLASHC_VF32_STORE(S_r + c, P);
+            sum = FLASHC_VF32_ADD(sum, P);
+        }
+        l[r] = alpha[r] * l[r] + hsum(sum);
+        m[r] = m_new;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// the item
+
+// Element offsets (head 0) of key rows j .. j + n - 1 of sequence b in K and V: through the block
+// table one page run at a time (one division per block), else rows are evenly spaced.
+static void row_offsets(const flashc_problem *p, int b, const flashc_seq *s, int64_t j, int64_t n, int64_t *ko,
+                        int64_t *vo) {
+    if (p->block_table) {
+        const int32_t *bt = p->block_table + (int64_t)b * p->block_table_stride;
+        int64_t pg = j / p->page_size, r = j % p->page_size;
+        for (int64_t c = 0; c < n; c++) {
+            const int64_t page = bt[pg];
+            ko[c] = page * p->k_stride[0] + r * p->k_stride[1];
+            vo[c] = page * p->v_stride[0] + r * p->v_stride[1];
+            if (++r == p->page_size) r = 0, pg++;
+        }
+    } else {
+        const int64_t k0 = flashc__k_off(p, p->k_stride, b, s, j), v0 = flashc__k_off(p, p->v_stride, b, s, j);
+        for (int64_t c = 0; c < n; c++) {
+            ko[c] = k0 + c * p->k_stride[1];
+            vo[c] = v0 + c * p->v_stride[1];
+        }
+    }
+}
+
+// fp32 copy of n rows of D elements (dtype dt) into dst (row stride Dp), zero up to Dv; the row
+// pointers are redirected to the copies.
+static void stage_rows(const char **rows, int64_t n, int64_t D, int64_t Dv, int64_t Dp, flashc_dtype dt, float *dst) {
+    for (int64_t c = 0; c < n; c++) {
+        float *x = dst + c * Dp;
+        for (int64_t d = 0; d < D; d++) x[d] = flashc__load(rows[c], d, dt);
+        for (int64_t d = D; d < Dv; d++) x[d] = 0.0f;
+        rows[c] = (const char *)x;
+    }
+}
+
+typedef struct dec_ctx {
+    const flashc_cpu_dec_job *J;
+    const flashc_problem *p;
+    flashc_cpu_dec_scratch t;
+    flashc_seq s;
+    int b, kh0, nh, G;
+    int64_t i0, ni, RG, Dp, Dv, jb, je;
+    int staged, pair;
+} dec_ctx;
+
+// The next block's segments for prefetching (see pf_cursor): n1 key rows starting at element
+// offsets off (head 0) in base; one segment per row spanning the item's heads when they are packed
+// (head stride at most 2 head_dims), else one per (row, head). Returns the segment count.
+static int64_t pf_segments(const flashc_problem *p, const char *base, int64_t hstride, const int64_t *off, int64_t n1,
+                           int kh0, int nh, const char **seg, int64_t *seg_lines) {
+    const size_t es = flashc__dtype_size(p->dtype);
+    const int64_t span = ((int64_t)(nh - 1) * hstride + p->D) * (int64_t)es;
+    if (span <= 2 * (int64_t)nh * p->D * (int64_t)es) {
+        for (int64_t c = 0; c < n1; c++) seg[c] = base + es * (size_t)(off[c] + kh0 * hstride);
+        *seg_lines = (span + 63) / 64;
+        return n1;
+    }
+    for (int64_t c = 0; c < n1; c++)
+        for (int h = 0; h < nh; h++) seg[c * nh + h] = base + es * (size_t)(off[c] + (kh0 + h) * hstride);
+    *seg_lines = (p->D * (int64_t)es + 63) / 64;
+    return n1 * nh;
+}
+
+// The key blocks of [jb, je) for every kv head of the item (dt: the dtype the microkernels read,
+// fp32 when staged; pair: bf16 read in pairs).
+DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pair) {
+    const flashc_cpu_dec_job *J = X->J;
+    const flashc_problem *p = X->p;
+    const flashc_cpu_dec_scratch *t = &X->t;
+    const size_t es = flashc__dtype_size(p->dtype);
+    const int64_t Dp = X->Dp, Dv = X->Dv;
+    float slope2[MR];
+    int64_t diag[MR];
+    int cur = 0;
+    if (X->jb < X->je) row_offsets(p, X->b, &X->s, X->jb, dec_min(BC, X->je - X->jb), t->k_off, t->v_off);
+    for (int64_t j0 = X->jb; j0 < X->je; j0 += BC, cur ^= 1) {
+        const int64_t nk = dec_min(BC, X->je - j0), n1 = dec_max(0, dec_min(BC, X->je - j0 - BC));
+        const int64_t *ko = t->k_off + cur * BC, *vo = t->v_off + cur * BC;
+        // the next block: its row offsets, and its K and V lines to prefetch over this block's head
+        // passes (an equal share of the lines per pass, a few per key)
+        pf_cursor kc = {t->kn, 1, 0, 0, 0}, vc = {t->vn, 1, 0, 0, 0};
+        int64_t k_lines = 0, v_lines = 0;
+        if (n1 > 0 && !X->staged) {
+            int64_t *ko1 = t->k_off + (cur ^ 1) * BC, *vo1 = t->v_off + (cur ^ 1) * BC;
+            row_offsets(p, X->b, &X->s, j0 + BC, n1, ko1, vo1);
+            k_lines = pf_segments(p, J->k, p->k_stride[2], ko1, n1, X->kh0, X->nh, t->kn, &kc.seg_lines) * kc.seg_lines;
+            v_lines = pf_segments(p, J->v, p->v_stride[2], vo1, n1, X->kh0, X->nh, t->vn, &vc.seg_lines) * vc.seg_lines;
+        }
+        const int64_t k_share = (k_lines + X->nh - 1) / X->nh, v_share = (v_lines + X->nh - 1) / X->nh;
+        const int64_t k_per_key = (k_share + nk - 1) / nk, v_per_key = (v_share + nk - 1) / nk;
+        for (int kh = X->kh0; kh < X->kh0 + X->nh; kh++) {
+            // Alg. 1 line 8: K_j, V_j of kv head kh (row pointers; read in place)
+            const char *k = (const char *)J->k + es * (size_t)(kh * p->k_stride[2]);
+            const char *v = (const char *)J->v + es * (size_t)(kh * p->v_stride[2]);
+            for (int64_t c = 0; c < nk; c++) {
+                t->kp[c] = k + es * (size_t)ko[c];
+                t->vp[c] = v + es * (size_t)vo[c];
+            }
+            if (X->staged) {
+                stage_rows(t->kp, nk, p->D, Dv, Dp, p->dtype, t->Ks);
+                stage_rows(t->vp, nk, p->D, Dv, Dp, p->dtype, t->Vs);
+            }
+            kc.left += k_share; // this pass's share (the last pass issues what is left)
+            vc.left += v_share;
+            const int64_t m0 = (int64_t)(kh - X->kh0) * X->RG;
+            for (int64_t r0 = 0; r0 < X->RG; r0 += MR) {
+                const int mr = (int)dec_min(MR, X->RG - r0);
+                // rows of the tile that see a key of this block
+                int any = 0;
+                for (int r = 0; r < mr; r++) {
+                    const int64_t ii = (r0 + r) / X->G;
+                    const int h = kh * X->G + (int)((r0 + r) % X->G);
+                    any |= t->lo[ii] < t->hi[ii] && t->lo[ii] < j0 + nk && t->hi[ii] > j0;
+                    slope2[r] = flashc__alibi_slope(p, X->b, h) * LOG2E;
+                    diag[r] = X->i0 + ii + X->s.sk - X->s.sq;
+                }
+                if (!any) continue;
+                int64_t lo[MR], hi[MR];
+                for (int r = 0; r < mr; r++) {
+                    lo[r] = t->lo[(r0 + r) / X->G];
+                    hi[r] = t->hi[(r0 + r) / X->G];
+                }
+                float *Q = t->Q + (m0 + r0) * Dp, *O = t->O + (m0 + r0) * Dp;
+                float *m = t->m + m0 + r0, *l = t->l + m0 + r0, *alpha = t->alpha + m0 + r0;
+                pf_cursor *kpc = r0 == 0 && k_lines ? &kc : NULL, *vpc = r0 == 0 && v_lines ? &vc : NULL;
+                switch (mr) { // S_ij = Q_i K_j^T
+                case 4: qk_tile(4, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
+                case 3: qk_tile(3, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
+                case 2: qk_tile(2, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
+                default: qk_tile(1, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
+                }
+                softmax_rows(p, t->S, mr, nk, j0, slope2, diag, lo, hi, m, l, alpha);
+                switch (mr) { // O_i = diag(alpha) O_i + P_ij V_j
+                case 4: pv_tile(4, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                case 3: pv_tile(3, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                case 2: pv_tile(2, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                default: pv_tile(1, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                }
+            }
+        }
+        if (k_lines) pf_step(&kc, kc.left); // whatever skipped tiles left over
+        if (v_lines) pf_step(&vc, vc.left);
+    }
+}
+
+void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, int kh0, int nh, int64_t i0, int sp,
+                                          void *scratch) {
+    const flashc_problem *p = J->p;
+    dec_ctx X;
+    X.J = J;
+    X.p = p;
+    flashc__cpu_dec_carve(J->rows, p->D, scratch, &X.t);
+    X.s = flashc__seq(p, b);
+    X.b = b;
+    X.kh0 = kh0;
+    X.nh = nh;
+    X.G = p->group;
+    X.i0 = i0;
+    X.ni = dec_min(J->qc, X.s.sq - i0);
+    X.RG = X.ni * X.G;
+    X.Dp = (p->D + FLASHC_CPU_DEC_DP_ALIGN - 1) / FLASHC_CPU_DEC_DP_ALIGN * FLASHC_CPU_DEC_DP_ALIGN;
+    X.staged = p->D % W != 0;
+    X.Dv = X.staged ? (p->D + W - 1) / W * W : p->D;
+    X.pair = PAIR_BF16 && !X.staged && p->dtype == FLASHC_DTYPE_BF16 && p->D % (2 * W) == 0;
+    const flashc_cpu_dec_scratch *t = &X.t;
+    const int64_t D = p->D, Dp = X.Dp, M = (int64_t)nh * X.RG;
+    const flashc_dtype dt = p->dtype;
+
+    // Alg. 1 line 6 for all rows m = (kh - kh0) RG + ii G + g (position i0 + ii, head kh G + g):
+    // Q_i * scale (* log2 e; with softcap the tanh needs natural units, log2 e comes after it)
+    const float qmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
+    for (int64_t m = 0; m < M; m++) {
+        const int64_t kh = kh0 + m / X.RG, ii = m % X.RG / X.G;
+        const int h = (int)(kh * X.G + m % X.G);
+        const int64_t off = flashc__row_off(p, J->q_stride, b, X.s.q_row0, i0 + ii) + h * J->q_stride[2];
+        float *Q_m = t->Q + m * Dp;
+        for (int64_t d = 0; d < D; d++) Q_m[pair_pos(d, X.pair)] = flashc__load(J->q, off + d, dt) * qmul;
+        for (int64_t d = D; d < Dp; d++) Q_m[d] = 0.0f;
+        memset(t->O + m * Dp, 0, sizeof(float) * (size_t)Dp); // Alg. 1 line 5: O_i = 0, l_i = 0, m_i = -inf
+        t->m[m] = -INFINITY;
+        t->l[m] = 0.0f;
+    }
+
+    // the rows' key ranges (per query position) and the item's share of their union
+    int64_t ulo = X.s.sk, uhi = 0;
+    for (int64_t ii = 0; ii < X.ni; ii++) {
+        flashc__key_range(p, i0 + ii, X.s.sq, X.s.sk, &t->lo[ii], &t->hi[ii]);
+        if (t->lo[ii] < t->hi[ii]) {
+            ulo = dec_min(ulo, t->lo[ii]);
+            uhi = dec_max(uhi, t->hi[ii]);
+        }
+    }
+    X.jb = X.je = 0;
+    if (ulo < uhi) {
+        const int64_t per = ((uhi - ulo + J->n_splits - 1) / J->n_splits + BC - 1) / BC * BC;
+        X.jb = dec_min(uhi, ulo + sp * per);
+        X.je = dec_min(uhi, X.jb + per);
+    }
+
+    if (X.pair) run_blocks(&X, FLASHC_DTYPE_BF16, 1);
+    else if (X.staged || dt == FLASHC_DTYPE_F32) run_blocks(&X, FLASHC_DTYPE_F32, 0);
+    else if (dt == FLASHC_DTYPE_F16) run_blocks(&X, FLASHC_DTYPE_F16, 0);
+    else run_blocks(&X, FLASHC_DTYPE_BF16, 0);
+
+    // Alg. 1 lines 12-13: O_i / l_i and L_i = m_i + log l_i (natural log); no key: O = 0, L = +inf.
+    // One split writes o and lse; several write their fp32 partials for the merge.
+    for (int64_t m = 0; m < M; m++) {
+        const int64_t kh = kh0 + m / X.RG, i = i0 + m % X.RG / X.G;
+        const int h = (int)(kh * X.G + m % X.G);
+        const float l = t->l[m], inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const float L = l > 0.0f ? (t->m[m] + log2f(l)) * LN2 : INFINITY;
+        const float *O = t->O + m * Dp;
+        if (J->n_splits == 1) {
+            const int64_t o_off = flashc__row_off(p, p->o_stride, b, X.s.q_row0, i) + h * p->o_stride[2];
+            if (dt == FLASHC_DTYPE_F32)
+                for (int64_t d = 0; d < D; d++) ((float *)J->o)[o_off + d] = O[d] * inv_l;
+            else
+                for (int64_t d = 0; d < D; d++) flashc__store(J->o, o_off + d, dt, O[pair_pos(d, X.pair)] * inv_l);
+            if (J->lse) J->lse[flashc__lse_off(p, b, h, &X.s, i)] = L;
+        } else {
+            const int64_t bm = p->varlen ? 0 : b, sm = p->varlen ? X.s.q_row0 + i : i;
+            float *po = J->part_o + ((((int64_t)sp * J->PB + bm) * J->PS + sm) * p->H + h) * D;
+            for (int64_t d = 0; d < D; d++) po[d] = O[pair_pos(d, X.pair)] * inv_l;
+            J->part_lse[(((int64_t)sp * J->PB + bm) * p->H + h) * J->PS + sm] = L;
+        }
+    }
+}

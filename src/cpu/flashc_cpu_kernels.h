@@ -1,0 +1,235 @@
+// flashc_cpu_kernels.h -- the FlashAttention-2 forward (one query block) and backward (one key
+// block) on the CPU, as sequences of the tile steps of flashc_cpu_tile.h.
+//
+// An "include template": flashc_cpu_<isa>.c defines FLASHC_ISA and FLASHC_ISA_NAME(x) and includes
+// this file, which then defines the kernel table flashc__cpu_kernels_<isa>. Nothing here knows
+// about threads or the workspace as a whole: the driver (flashc_cpu.c) decides which block runs
+// where and hands each call its scratch slice and, for the backward, its fp32 accumulators.
+#ifndef FLASHC_ISA_NAME
+#error "define FLASHC_ISA and FLASHC_ISA_NAME before including flashc_cpu_kernels.h"
+#endif
+
+#include "flashc_cpu_tile.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Address of row `row` of sequence b, head `head`, of a q-like tensor with element size es.
+static inline const void *row_ptr(const flashc_problem *p, const void *base, const int64_t st[3], int b,
+                                  int64_t row0, int64_t row, int head, size_t es) {
+    return (const char *)base + es * (size_t)(flashc__row_off(p, st, b, row0, row) + head * st[2]);
+}
+
+// Address of key row j of sequence b, head `head`, of a k-like tensor (honours a KV-cache batch
+// index; the rows of one key block follow each other at st[1], so paged K/V is not for this kernel).
+static inline const void *key_ptr(const flashc_problem *p, const void *base, const int64_t st[3], int b,
+                                  const flashc_seq *s, int64_t j, int head, size_t es) {
+    return (const char *)base + es * (size_t)(flashc__k_off(p, st, b, s, j) + head * st[2]);
+}
+
+// ------------------------------------------------------------------------------------------------
+// forward: FA2 Algorithm 1 for query rows [i0, i0 + nq) of sequence b, head h
+//
+// q, o: rows of (.., H, D) with strides q_stride / o_stride; k, v: rows of (.., H_kv, D);
+// lse: fp32 (B, H, Sq) or (H, total_q), may be NULL. Key blocks outside every row's mask range are
+// never visited; only blocks that some row sees in part are masked element by element.
+
+static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
+                       void *scratch) {
+    flashc_cpu_fwd_scratch t;
+    flashc__cpu_fwd_carve(p, scratch, &t);
+    const flashc_seq s = flashc__seq(p, b);
+    const int64_t D = p->D, nq = min64(BRF, s.sq - i0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
+    const int kvh = h / p->group;
+    const flashc_dtype dt = p->dtype;
+    const size_t es = flashc__dtype_size(dt);
+
+    // Alg. 1 line 6: load Q_i (transposed: queries in the lanes), with scale * log2 e folded in;
+    // with softcap the tanh needs the natural-unit score, so log2 e comes after it.
+    const float qmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
+    tile_load_T(t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D, dt, qmul);
+
+    // The rows' key ranges. Keys outside [kv_lo, kv_hi) are seen by no row and never loaded; a key
+    // block inside [max_lo, min_hi) is seen whole by every row and needs no mask.
+    int64_t kv_lo = s.sk, kv_hi = 0, max_lo = 0, min_hi = s.sk;
+    for (int64_t r = 0; r < nq; r++) {
+        flashc__key_range(p, i0 + r, s.sq, s.sk, &t.lo[r], &t.hi[r]);
+        if (t.lo[r] < t.hi[r]) {
+            kv_lo = min64(kv_lo, t.lo[r]);
+            kv_hi = max64(kv_hi, t.hi[r]);
+        }
+        max_lo = max64(max_lo, t.lo[r]);
+        min_hi = min64(min_hi, t.hi[r]);
+    }
+
+    // Alg. 1 line 5 (for this block): O_i = 0, l_i = 0, m_i = -inf
+    memset(t.OT, 0, sizeof(float) * (size_t)(D * BRF));
+    for (int r = 0; r < BRF; r++) {
+        t.m[r] = -INFINITY;
+        t.l[r] = 0.0f;
+    }
+    const float slope2 = flashc__alibi_slope(p, b, h) * LOG2E;
+    const int64_t diag_off = (int64_t)s.sk - s.sq;
+    float *m_old = t.m, *m_new = t.m_new;
+
+    for (int64_t j0 = kv_lo; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
+        const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0);
+        // Alg. 1 line 8: load K_j, V_j into fp32 tiles (f16/bf16 widened here, once per load)
+        tile_load_rows(t.K, ld, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1], nk, D, dt, 1.0f);
+        tile_load_rows(t.V, ld, key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk, D, dt, 1.0f);
+        if (j0 + FLASHC_CPU_FWD_BC < kv_hi) { // K_{j+1}, V_{j+1} arrive while this block computes
+            const int64_t j1 = j0 + FLASHC_CPU_FWD_BC, n1 = min64(ROW_PREFETCH, kv_hi - j1);
+            tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, D * (int64_t)es);
+            tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, D * (int64_t)es);
+        }
+        tile_qkT(t.ST, t.K, ld, t.QT, nk, D);                             // S_ij = Q_i K_j^T
+        if (p->softcap > 0) tile_softcap(t.ST, NULL, nk * BRF, p->softcap, LOG2E); // cap * tanh(S / cap)
+        if (slope2 != 0.0f) tile_alibi_kq(t.ST, nk, i0, j0, diag_off, slope2); // - slope |i - j|
+        if (!(max_lo <= j0 && j0 + nk <= min_hi)) tile_mask_kq(t.ST, nk, j0, t.lo, t.hi, nq); // boundary block
+        tile_rowmax(m_new, t.m_use, t.ST, m_old, nk); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
+        tile_alpha(t.alpha, m_old, t.m_use);          // alpha = 2^(m_i^{j-1} - m_i^j)
+        tile_exp_sub(t.ST, t.m_use, nk);              // P_ij = 2^(S_ij - m_i^j)
+        tile_rowsum_acc(t.l, t.ST, t.alpha, nk);      // l_i = alpha l_i + rowsum(P_ij)
+        tile_rescale(t.OT, t.alpha, D);               // O_i = diag(alpha) O_i ...
+        tile_pv_acc(t.OT, t.ST, t.V, ld, nk, D);      //       ... + P_ij V_j
+        float *swap = m_old;
+        m_old = m_new;
+        m_new = swap;
+    }
+
+    // Alg. 1 lines 12-13: O_i = diag(l_i)^-1 O_i, L_i = m_i + log(l_i); rows with no key: 0, +inf
+    for (int64_t r = 0; r < nq; r++) {
+        const float l = t.l[r];
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const int64_t o_off = flashc__row_off(p, p->o_stride, b, s.q_row0, i0 + r) + h * p->o_stride[2];
+        for (int64_t d = 0; d < D; d++) flashc__store(a->o, o_off + d, dt, t.OT[d * BRF + r] * inv_l);
+        if (a->lse) a->lse[flashc__lse_off(p, b, h, &s, i0 + r)] = l > 0.0f ? (m_old[r] + log2f(l)) * LN2 : INFINITY;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// backward: FA2 Algorithm 2 for one key block j of sequence b against every query row of head
+// blk->h that sees it
+//
+// q, dout (rows of (.., H, D)), k, v (rows of (.., H_kv, D)); lse and D_i fp32 indexed like lse.
+// Writes dK_j, dV_j (or adds them to the group's fp32 sums) and adds dS_ij K_j to the slot's fp32
+// dQ partial rows; every row of the key block is written, zeros where no query sees it.
+
+// Smallest i in [0, sq) for which pred holds, sq if none; pred is monotone (false .. true).
+static int64_t first_row_with_hi_above(const flashc_problem *p, int32_t sq, int32_t sk, int64_t j) {
+    int64_t lo_i = 0, hi_i = sq; // search for hi(i) > j
+    while (lo_i < hi_i) {
+        int64_t mid = lo_i + (hi_i - lo_i) / 2, l, h;
+        flashc__key_range(p, mid, sq, sk, &l, &h);
+        if (h > j) hi_i = mid;
+        else lo_i = mid + 1;
+    }
+    return lo_i;
+}
+
+static int64_t first_row_with_lo_at_least(const flashc_problem *p, int32_t sq, int32_t sk, int64_t j) {
+    int64_t lo_i = 0, hi_i = sq; // search for lo(i) >= j
+    while (lo_i < hi_i) {
+        int64_t mid = lo_i + (hi_i - lo_i) / 2, l, h;
+        flashc__key_range(p, mid, sq, sk, &l, &h);
+        if (l >= j) hi_i = mid;
+        else lo_i = mid + 1;
+    }
+    return lo_i;
+}
+
+static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const flashc_cpu_bwd_block *blk,
+                        void *scratch) {
+    flashc_cpu_bwd_scratch t;
+    flashc__cpu_bwd_carve(p, scratch, &t);
+    const int b = blk->b, h = blk->h, kvh = h / p->group;
+    const flashc_seq s = flashc__seq(p, b);
+    const int64_t D = p->D, Dp = blk->dq_ld, j0 = blk->j0, nk = min64(BCB, s.sk - j0);
+    const int64_t ld = (int64_t)flashc__cpu_row_ld((size_t)D);
+    const flashc_dtype dt = p->dtype;
+    const size_t es = flashc__dtype_size(dt);
+
+    // Alg. 2 line 7: load K_j, V_j. K_j^T carries scale (* log2 e), for S = Q K^T in log2 units;
+    // K_j (row-major, padded to Dp) carries the scale for dQ = scale dS K.
+    const float kmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
+    const void *k_j = key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es);
+    const void *v_j = key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es);
+    tile_load_T(t.KT, BCB, k_j, p->k_stride[1], nk, D, dt, kmul);
+    tile_load_T(t.VT, BCB, v_j, p->v_stride[1], nk, D, dt, 1.0f);
+    tile_load_rows(t.K, Dp, k_j, p->k_stride[1], nk, D, dt, p->scale);
+    for (int64_t c = 0; c < nk; c++)
+        for (int64_t d = D; d < Dp; d++) t.K[c * Dp + d] = 0.0f;
+    // Alg. 2 line 8: dK_j = 0, dV_j = 0
+    memset(t.dKT, 0, sizeof(float) * (size_t)(D * BCB));
+    memset(t.dVT, 0, sizeof(float) * (size_t)(D * BCB));
+
+    // The query rows that see a key of this block: [r_beg, r_end) (lo, hi are nondecreasing in i).
+    const int64_t r_beg = first_row_with_hi_above(p, s.sq, s.sk, j0);
+    const int64_t r_end = nk > 0 ? first_row_with_lo_at_least(p, s.sq, s.sk, j0 + nk) : r_beg;
+    const float slope2 = flashc__alibi_slope(p, b, h) * LOG2E;
+    const int64_t diag_off = (int64_t)s.sk - s.sq;
+    float *T = p->softcap > 0 ? t.T : NULL;
+
+    for (int64_t i0 = r_beg; i0 < r_end; i0 += FLASHC_CPU_BWD_BR) { // Alg. 2 line 9
+        const int64_t nq = min64(FLASHC_CPU_BWD_BR, r_end - i0);
+        int full = nk == BCB;
+        for (int64_t r = 0; r < nq; r++) {
+            flashc__key_range(p, i0 + r, s.sq, s.sk, &t.lo[r], &t.hi[r]);
+            full &= t.lo[r] <= j0 && j0 + nk <= t.hi[r];
+            const int64_t li = flashc__lse_off(p, b, h, &s, i0 + r);
+            t.L2[r] = a->lse[li] * LOG2E;
+            t.Di[r] = blk->Di[li];
+        }
+        // Alg. 2 line 10: load Q_i, dO_i into fp32 tiles (f16/bf16 widened here, once per load)
+        tile_load_rows(t.Q, ld, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D, dt, 1.0f);
+        tile_load_rows(t.dO, ld, row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es), p->do_stride[1], nq, D, dt, 1.0f);
+        const float *Q_i = t.Q, *dO_i = t.dO;
+        const int64_t q_rs = ld, do_rs = ld;
+        if (i0 + FLASHC_CPU_BWD_BR < r_end) { // Q_{i+1}, dO_{i+1} and their dQ rows, ahead of use
+            const int64_t i1 = i0 + FLASHC_CPU_BWD_BR, n1 = min64(ROW_PREFETCH, r_end - i1);
+            tile_prefetch_rows(row_ptr(p, a->q, p->q_stride, b, s.q_row0, i1, h, es), p->q_stride[1], es, n1, D * (int64_t)es);
+            tile_prefetch_rows(row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i1, h, es), p->do_stride[1], es, n1, D * (int64_t)es);
+            tile_prefetch_rows(blk->dq_acc + i1 * Dp, Dp, sizeof(float), n1, Dp * (int64_t)sizeof(float));
+        }
+        tile_qkT_rows(t.S, Q_i, q_rs, t.KT, nq, D);                       // S_ij = Q_i K_j^T
+        if (T) tile_softcap(t.S, T, nq * BCB, p->softcap, LOG2E);          // cap * tanh(S / cap)
+        if (slope2 != 0.0f) tile_alibi_qk(t.S, nq, i0, j0, diag_off, slope2); // - slope |i - j|
+        if (!full) tile_mask_qk(t.S, nq, j0, t.lo, t.hi);                 // boundary block
+        tile_exp_sub_lse(t.S, t.L2, nq);                     // P_ij = exp(S_ij - L_i)
+        tile_dv_acc(t.dVT, dO_i, do_rs, t.S, nq, D);         // dV_j += P_ij^T dO_i
+        tile_dP(t.dP, dO_i, do_rs, t.VT, nq, D);             // dP_ij = dO_i V_j^T
+        tile_ds(t.dP, t.S, t.Di, T, nq);                     // dS_ij = P_ij o (dP_ij - D_i)
+        tile_dq_acc(blk->dq_acc + i0 * Dp, Dp, t.dP, t.K, Dp, nq, nk); // dQ_i += scale dS_ij K_j
+        tile_dk_acc(t.dKT, Q_i, q_rs, t.dP, nq, D);          // dK_j += dS_ij^T Q_i (scaled below)
+    }
+
+    // Alg. 2 line 24: write dK_j = scale dK_j, dV_j; GQA sums the group's heads in fp32 first
+    // (in head order, so the sum is the same on every run).
+    for (int64_t c = 0; c < nk; c++) {
+        const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j0 + c) + kvh * p->dk_stride[2];
+        const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j0 + c) + kvh * p->dv_stride[2];
+        float *dk_acc = blk->dk_acc ? blk->dk_acc + (j0 + c) * D : NULL;
+        float *dv_acc = blk->dv_acc ? blk->dv_acc + (j0 + c) * D : NULL;
+        for (int64_t d = 0; d < D; d++) {
+            float dk = p->scale * t.dKT[d * BCB + c], dv = t.dVT[d * BCB + c];
+            if (dk_acc) {
+                if (!blk->first_head) {
+                    dk += dk_acc[d];
+                    dv += dv_acc[d];
+                }
+                dk_acc[d] = dk;
+                dv_acc[d] = dv;
+                if (!blk->last_head) continue;
+            }
+            flashc__store(a->dk, dk_off + d, dt, dk);
+            flashc__store(a->dv, dv_off + d, dt, dv);
+        }
+    }
+}
+
+const flashc_cpu_kernels FLASHC_ISA_NAME(flashc__cpu_kernels) = {
+    FLASHC_ISA_STR,
+    BWD_NV * FLASHC_VF32_W,
+    fwd_qblock,
+    bwd_kvblock,
+};

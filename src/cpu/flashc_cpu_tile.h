@@ -1,0 +1,336 @@
+// flashc_cpu_tile.h -- the CPU backend's tile steps, written only against flashc_simd.h.
+//
+// Included by flashc_cpu_kernels.h, so compiled once per ISA. Every step is a static function over
+// fp32 tiles in the thread's scratch, named for the math it does and output first:
+//     tile_qkT(S_T, K_j, Q_iT)   S_ij = Q_i K_j^T, stored transposed (keys x queries)
+// The forward keeps queries in the vector lanes (tiles are keys x queries, or D x queries): row
+// statistics m_i, l_i are then plain vectors and no step needs a horizontal reduction. The
+// backward keeps keys in the lanes (tiles are queries x keys, or D x keys) for the same reason.
+//
+// All matrix products go through one register-blocked microkernel, tile_mm: C (M x N) (+)= A B
+// with B row-major (N vectorised, N a multiple of NV vectors) and A read one scalar at a time
+// through two strides, so A may be any tile, transposed or not (P_ij^T as P_ij, dO_i as dO_i^T).
+// Scores are kept in log2 units (scale * log2 e is folded into Q or K when they are packed) so the
+// softmax is exp2, as in FA2's CUDA kernels.
+#ifndef FLASHC_CPU_TILE_H
+#define FLASHC_CPU_TILE_H
+
+#include "flashc_cpu.h"
+#include "flashc_simd.h"
+
+#include <float.h>
+#include <math.h>
+
+#define W FLASHC_VF32_W
+
+#if defined(__GNUC__)
+#define FLASHC_FORCE_INLINE static inline __attribute__((always_inline))
+#else
+#define FLASHC_FORCE_INLINE static inline
+#endif
+
+// Microkernel shapes: MR rows of C by NV vectors, MR * NV accumulators in registers. AVX2 has 16
+// registers: 4 x 3 (12 accumulators + 3 B vectors + 1 broadcast) for the forward, whose N is the
+// 144-query block, and 6 x 2 for the backward, whose N is the 128-key block or D. AVX-512 has 32.
+#if FLASHC_ISA == FLASHC_ISA_AVX512
+#define FWD_MR 8
+#define BWD_MR 12
+#else
+#define FWD_MR 4
+#define BWD_MR 6
+#endif
+#define FWD_NV 3
+#define BWD_NV 2
+#define MM_MR_MAX 12
+#define MM_NV_MAX 3
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+// ------------------------------------------------------------------------------------------------
+// the microkernel
+
+// C[0:MR][0:NV*W] (= or +=) sum_k A(m, k) * B[k][0:NV*W], A(m, k) = A[m * a_rs + k * a_cs].
+// MR and NV are constants at every call, so the loops unroll and acc lives in registers.
+FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc, const float *restrict A,
+                                  int64_t a_rs, int64_t a_cs, const float *restrict B, int64_t ldb, int64_t K,
+                                  int accumulate) {
+    FLASHC_VF32 acc[MM_MR_MAX][MM_NV_MAX];
+    for (int m = 0; m < MR; m++)
+        for (int v = 0; v < NV; v++)
+            acc[m][v] = accumulate ? FLASHC_VF32_LOAD(C + m * ldc + v * W) : FLASHC_VF32_ZERO();
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb, *a = A + k * a_cs;
+        FLASHC_VF32 bv[MM_NV_MAX];
+        for (int v = 0; v < NV; v++) bv[v] = FLASHC_VF32_LOAD(b + v * W);
+        for (int m = 0; m < MR; m++) {
+            FLASHC_VF32 am = FLASHC_VF32_SET1(a[m * a_rs]);
+            for (int v = 0; v < NV; v++) acc[m][v] = FLASHC_VF32_FMA(am, bv[v], acc[m][v]);
+        }
+    }
+    for (int m = 0; m < MR; m++)
+        for (int v = 0; v < NV; v++) FLASHC_VF32_STORE(C + m * ldc + v * W, acc[m][v]);
+}
+
+// C (M x N, row stride ldc) (= or +=) A (M x K) B (K x N, row stride ldb); N % (NV * W) == 0.
+// Column panels outermost so one NV-vector panel of B (K x NV*W floats) stays in L1 while A
+// streams; leftover rows of M take 4-, 2- and 1-row blocks.
+FLASHC_FORCE_INLINE void tile_mm(int MR, int NV, float *restrict C, int64_t ldc, const float *restrict A,
+                                 int64_t a_rs, int64_t a_cs, const float *restrict B, int64_t ldb, int64_t M,
+                                 int64_t N, int64_t K, int accumulate) {
+    for (int64_t n0 = 0; n0 < N; n0 += NV * W) {
+        float *c = C + n0;
+        const float *b = B + n0;
+        int64_t m0 = 0;
+        for (; m0 + MR <= M; m0 += MR) mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+        if (MR > 4)
+            for (; m0 + 4 <= M; m0 += 4) mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+        if (m0 + 2 <= M) {
+            mm_block(2, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+            m0 += 2;
+        }
+        if (m0 < M) mm_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// loads: input rows (any dtype, row stride rs) to fp32 tiles. f16/bf16 are widened once here, at
+// the tile load, never inside the products.
+
+// How far ahead (in rows) the row loads ask for lines: an input row is read once per query (or key)
+// block and comes from L3 or DRAM, and rows of different heads sit in different 4 KiB pages (8 KiB
+// apart at H = 16, D = 128), so the hardware's stream prefetcher sees 8-line runs and stays cold.
+#define ROW_PREFETCH 16
+
+// dst[r][0:D] (row stride ld) = mult * src rows r < n; lines of row r + ROW_PREFETCH are requested
+// while row r is copied.
+static void tile_load_rows(float *restrict dst, int64_t ld, const void *src, int64_t rs, int64_t n, int64_t D,
+                           flashc_dtype t, float mult) {
+    FLASHC_VF32 vm = FLASHC_VF32_SET1(mult);
+    const size_t es = flashc__dtype_size(t);
+    for (int64_t r = 0; r < n; r++) {
+        if (r + ROW_PREFETCH < n)
+            for (int64_t off = 0; off < D * (int64_t)es; off += 64)
+                FLASHC_PREFETCH((const char *)src + (size_t)((r + ROW_PREFETCH) * rs) * es + off);
+        float *o = dst + r * ld;
+        int64_t d = 0;
+        if (t == FLASHC_DTYPE_F32) {
+            const float *s = (const float *)src + r * rs;
+            for (; d + W <= D; d += W) FLASHC_VF32_STORE(o + d, FLASHC_VF32_MUL(vm, FLASHC_VF32_LOAD(s + d)));
+        } else if (t == FLASHC_DTYPE_F16) {
+            const uint16_t *s = (const uint16_t *)src + r * rs;
+            for (; d + W <= D; d += W) FLASHC_VF32_STORE(o + d, FLASHC_VF32_MUL(vm, flashc_vf32_load_f16(s + d)));
+        } else {
+            const uint16_t *s = (const uint16_t *)src + r * rs;
+            for (; d + W <= D; d += W) FLASHC_VF32_STORE(o + d, FLASHC_VF32_MUL(vm, flashc_vf32_load_bf16(s + d)));
+        }
+        for (; d < D; d++) o[d] = mult * flashc__load(src, r * rs + d, t);
+    }
+}
+
+// Ask for the first rows of the next block's tile load (tile_load_rows asks for the rest itself):
+// n rows of `bytes` bytes, row stride rs elements of size es.
+static void tile_prefetch_rows(const void *src, int64_t rs, size_t es, int64_t n, int64_t bytes) {
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t off = 0; off < bytes; off += 64) FLASHC_PREFETCH((const char *)src + (size_t)(r * rs) * es + off);
+}
+
+// dst[d][r] (row stride ld) = mult * src[r][d] for r < n, 0 for n <= r < ld: a transposed, padded
+// copy (once per stationary tile, so plain scalar code).
+static void tile_load_T(float *restrict dst, int64_t ld, const void *src, int64_t rs, int64_t n, int64_t D,
+                        flashc_dtype t, float mult) {
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) dst[d * ld + r] = mult * flashc__load(src, r * rs + d, t);
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t r = n; r < ld; r++) dst[d * ld + r] = 0.0f;
+}
+
+// ------------------------------------------------------------------------------------------------
+// score transforms, shared by both layouts (elementwise over n floats)
+
+// Softcap: x = s_scaled; S = out_mul * cap * tanh(x / cap); T = tanh(x / cap) if T != NULL (the
+// backward's 1 - T^2). tanh(y) = (1 - e) / (1 + e) with e = 2^(-2 y log2 e), y clamped to +-9
+// where tanh is +-1 in fp32 (1 - tanh(9) = 3e-8); absolute error ~1e-7.
+static void tile_softcap(float *restrict S, float *restrict T, int64_t n, float cap, float out_mul) {
+    FLASHC_VF32 inv = FLASHC_VF32_SET1(1.0f / cap), k = FLASHC_VF32_SET1(-2.0f * LOG2E),
+                lo = FLASHC_VF32_SET1(-9.0f), hi = FLASHC_VF32_SET1(9.0f), one = FLASHC_VF32_SET1(1.0f),
+                om = FLASHC_VF32_SET1(out_mul * cap);
+    for (int64_t i = 0; i < n; i += W) {
+        FLASHC_VF32 y = FLASHC_VF32_MIN(hi, FLASHC_VF32_MAX(lo, FLASHC_VF32_MUL(FLASHC_VF32_LOAD(S + i), inv)));
+        FLASHC_VF32 e = flashc_vexp2(FLASHC_VF32_MUL(k, y));
+        FLASHC_VF32 th = FLASHC_VF32_DIV(FLASHC_VF32_SUB(one, e), FLASHC_VF32_ADD(one, e));
+        if (T) FLASHC_VF32_STORE(T + i, th);
+        FLASHC_VF32_STORE(S + i, FLASHC_VF32_MUL(om, th));
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// forward steps: tiles are keys x queries (row length FWD_BR), m_i, l_i are vectors of FWD_BR
+
+#define BRF FLASHC_CPU_FWD_BR
+
+// S_ij^T = K_j Q_i^T  (Alg. 1 line 8; Q_i carries scale * log2 e). K_j: nk rows, row stride k_rs.
+static void tile_qkT(float *restrict S_T, const float *restrict K_j, int64_t k_rs, const float *restrict Q_iT,
+                     int64_t nk, int64_t D) {
+    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, BRF, D, 0);
+}
+
+// S_ij^T[c][r] -= slope2 * |i0 + r + sk - sq - (j0 + c)|  (ALiBi, slope2 = slope * log2 e)
+static void tile_alibi_kq(float *restrict S_T, int64_t nk, int64_t i0, int64_t j0, int64_t diag_off, float slope2) {
+    for (int64_t c = 0; c < nk; c++) {
+        float *s = S_T + c * BRF;
+        float base = (float)(i0 + diag_off - (j0 + c)); // exact below 2^24
+        for (int r = 0; r < BRF; r++) s[r] -= slope2 * fabsf(base + (float)r);
+    }
+}
+
+// S_ij^T[c][r] = -inf where key j0 + c is outside row r's range [lo[r], hi[r]) (boundary blocks)
+static void tile_mask_kq(float *restrict S_T, int64_t nk, int64_t j0, const int64_t *lo, const int64_t *hi,
+                         int64_t nq) {
+    for (int64_t c = 0; c < nk; c++) {
+        float *s = S_T + c * BRF;
+        int64_t j = j0 + c;
+        for (int64_t r = 0; r < nq; r++)
+            if (j < lo[r] || j >= hi[r]) s[r] = -INFINITY;
+    }
+}
+
+// m_new = max(m_old, rowmax(S_ij))  (Alg. 1 line 9), and m_use = max(m_new, -FLT_MAX): the
+// subtrahend that keeps a row with no visible key yet at P = 0, alpha = 0 instead of NaN.
+static void tile_rowmax(float *restrict m_new, float *restrict m_use, const float *restrict S_T, const float *m_old,
+                        int64_t nk) {
+    for (int r = 0; r < BRF; r += W) {
+        FLASHC_VF32 mx = FLASHC_VF32_LOAD(m_old + r);
+        for (int64_t c = 0; c < nk; c++) mx = FLASHC_VF32_MAX(mx, FLASHC_VF32_LOAD(S_T + c * BRF + r));
+        FLASHC_VF32_STORE(m_new + r, mx);
+        FLASHC_VF32_STORE(m_use + r, FLASHC_VF32_MAX(mx, FLASHC_VF32_SET1(-FLT_MAX)));
+    }
+}
+
+// alpha = 2^(m_old - m_use)  (Alg. 1 line 10's rescale factor e^{m_i^{j-1} - m_i^j})
+static void tile_alpha(float *restrict alpha, const float *m_old, const float *m_use) {
+    for (int r = 0; r < BRF; r += W)
+        FLASHC_VF32_STORE(alpha + r, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(m_old + r), FLASHC_VF32_LOAD(m_use + r))));
+}
+
+// P_ij = 2^(S_ij - m_use), in place  (Alg. 1 line 9)
+static void tile_exp_sub(float *restrict S_T, const float *restrict m_use, int64_t nk) {
+    for (int r = 0; r < BRF; r += W) {
+        FLASHC_VF32 mu = FLASHC_VF32_LOAD(m_use + r);
+        for (int64_t c = 0; c < nk; c++) {
+            float *s = S_T + c * BRF + r;
+            FLASHC_VF32_STORE(s, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s), mu)));
+        }
+    }
+}
+
+// l_i = alpha * l_i + rowsum(P_ij)  (Alg. 1 line 9)
+static void tile_rowsum_acc(float *restrict l, const float *restrict P_T, const float *restrict alpha, int64_t nk) {
+    for (int r = 0; r < BRF; r += W) {
+        FLASHC_VF32 sum = FLASHC_VF32_ZERO();
+        for (int64_t c = 0; c < nk; c++) sum = FLASHC_VF32_ADD(sum, FLASHC_VF32_LOAD(P_T + c * BRF + r));
+        FLASHC_VF32_STORE(l + r, FLASHC_VF32_FMA(FLASHC_VF32_LOAD(alpha + r), FLASHC_VF32_LOAD(l + r), sum));
+    }
+}
+
+// O_i = diag(alpha) O_i  (Alg. 1 line 10, first term); O_i^T is D x queries
+static void tile_rescale(float *restrict O_T, const float *restrict alpha, int64_t D) {
+    for (int r = 0; r < BRF; r += W) {
+        FLASHC_VF32 a = FLASHC_VF32_LOAD(alpha + r);
+        for (int64_t d = 0; d < D; d++) {
+            float *o = O_T + d * BRF + r;
+            FLASHC_VF32_STORE(o, FLASHC_VF32_MUL(a, FLASHC_VF32_LOAD(o)));
+        }
+    }
+}
+
+// O_i += P_ij V_j, as O_i^T += V_j^T P_ij^T  (Alg. 1 line 10, second term). V_j: nk rows, stride v_rs.
+static void tile_pv_acc(float *restrict O_T, const float *restrict P_T, const float *restrict V_j, int64_t v_rs,
+                        int64_t nk, int64_t D) {
+    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, BRF, nk, 1);
+}
+
+// ------------------------------------------------------------------------------------------------
+// backward steps: tiles are queries x keys (row length BWD_BC), dK_j^T, dV_j^T are D x keys
+
+#define BCB FLASHC_CPU_BWD_BC
+
+// S_ij = Q_i K_j^T  (Alg. 2 line 11; K_j^T carries the scale). Q_i: nq rows, stride q_rs.
+static void tile_qkT_rows(float *restrict S, const float *restrict Q_i, int64_t q_rs, const float *restrict K_jT,
+                          int64_t nq, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, BCB, D, 0);
+}
+
+// S_ij[r][c] -= slope2 * |i0 + r + sk - sq - (j0 + c)|
+static void tile_alibi_qk(float *restrict S, int64_t nq, int64_t i0, int64_t j0, int64_t diag_off, float slope2) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *s = S + r * BCB;
+        float base = (float)(i0 + r + diag_off - j0);
+        for (int c = 0; c < BCB; c++) s[c] -= slope2 * fabsf(base - (float)c);
+    }
+}
+
+// S_ij[r][c] = -inf where key j0 + c is outside [lo[r], hi[r]); also masks the padding keys past
+// the sequence's end, since hi <= sk.
+static void tile_mask_qk(float *restrict S, int64_t nq, int64_t j0, const int64_t *lo, const int64_t *hi) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *s = S + r * BCB;
+        for (int c = 0; c < BCB; c++)
+            if (j0 + c < lo[r] || j0 + c >= hi[r]) s[c] = -INFINITY;
+    }
+}
+
+// P_ij = 2^(S_ij - L_i log2 e), in place  (Alg. 2 line 13: P recomputed from the LSE)
+static void tile_exp_sub_lse(float *restrict S, const float *restrict L2, int64_t nq) {
+    for (int64_t r = 0; r < nq; r++) {
+        FLASHC_VF32 l2 = FLASHC_VF32_SET1(L2[r]);
+        float *s = S + r * BCB;
+        for (int c = 0; c < BCB; c += W) FLASHC_VF32_STORE(s + c, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s + c), l2)));
+    }
+}
+
+// dV_j += P_ij^T dO_i, as dV_j^T += dO_i^T P_ij  (Alg. 2 line 16). dO_i: nq rows, stride do_rs.
+static void tile_dv_acc(float *restrict dV_jT, const float *restrict dO_i, int64_t do_rs, const float *restrict P,
+                        int64_t nq, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, BCB, nq, 1);
+}
+
+// dP_ij = dO_i V_j^T  (Alg. 2 line 17)
+static void tile_dP(float *restrict dP, const float *restrict dO_i, int64_t do_rs, const float *restrict V_jT,
+                    int64_t nq, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, BCB, D, 0);
+}
+
+// dS_ij = P_ij o (dP_ij - D_i), in place over dP  (Alg. 2 line 19); with softcap also
+// o (1 - T^2), the derivative of cap * tanh(x / cap).
+static void tile_ds(float *restrict dP, const float *restrict P, const float *restrict Di, const float *restrict T,
+                    int64_t nq) {
+    FLASHC_VF32 one = FLASHC_VF32_SET1(1.0f);
+    for (int64_t r = 0; r < nq; r++) {
+        FLASHC_VF32 di = FLASHC_VF32_SET1(Di[r]);
+        float *ds = dP + r * BCB;
+        const float *p = P + r * BCB;
+        for (int c = 0; c < BCB; c += W) {
+            FLASHC_VF32 g = FLASHC_VF32_MUL(FLASHC_VF32_LOAD(p + c), FLASHC_VF32_SUB(FLASHC_VF32_LOAD(ds + c), di));
+            if (T) {
+                FLASHC_VF32 t = FLASHC_VF32_LOAD(T + r * BCB + c);
+                g = FLASHC_VF32_MUL(g, FLASHC_VF32_SUB(one, FLASHC_VF32_MUL(t, t)));
+            }
+            FLASHC_VF32_STORE(ds + c, g);
+        }
+    }
+}
+
+// dK_j += dS_ij^T Q_i, as dK_j^T += Q_i^T dS_ij  (Alg. 2 line 21; the scale is applied at the store)
+static void tile_dk_acc(float *restrict dK_jT, const float *restrict Q_i, int64_t q_rs, const float *restrict dS,
+                        int64_t nq, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, BCB, nq, 1);
+}
+
+// dQ_i += dS_ij K_j  (Alg. 2 line 20; K_j carries the scale). dQ_i: nq rows of Dp, stride dq_ld.
+static void tile_dq_acc(float *restrict dQ_i, int64_t dq_ld, const float *restrict dS, const float *restrict K_j,
+                        int64_t Dp, int64_t nq, int64_t nk) {
+    tile_mm(BWD_MR, BWD_NV, dQ_i, dq_ld, dS, BCB, 1, K_j, Dp, nq, Dp, nk, 1);
+}
+
+#endif // FLASHC_CPU_TILE_H
