@@ -121,6 +121,8 @@ static flashc_status cuda_supports(flashc_ctx *ctx, const flashc_problem *p) {
     if (p->D % 8 != 0 || p->D > 256)
         return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
                             "head_dim = %d: the cuda backend takes multiples of 8 up to 256", p->D);
+    if (p->block_table || p->cache_batch_idx)
+        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: the cuda backend has no paged K/V path yet");
     return smem_fits(ctx, p->D, fwd_smem(padded_head_dim(p->D)), "forward");
 }
 
