@@ -112,7 +112,8 @@ static void cpu_fini(flashc_ctx *ctx) {
 
 static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
     if (p->dtype != FLASHC_DTYPE_F32 && p->dtype != FLASHC_DTYPE_F16 && p->dtype != FLASHC_DTYPE_BF16)
-        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "dtype: the cpu backend takes f32, f16 and bf16 (e4m3 is GPU-only)");
+        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
+                            "dtype: the cpu backend takes f32, f16 and bf16 (e4m3 is GPU-only)");
     return FLASHC_OK;
 }
 
@@ -175,7 +176,8 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     if (p->block_table) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
     fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws)};
     J.L.blk_off[0] = 0;
-    for (int b = 0; b < p->B; b++) J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+    for (int b = 0; b < p->B; b++)
+        J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
     flashc__pool_run(st->pool, fwd_chunk, &J, J.L.blk_off[p->B] * p->H);
     return FLASHC_OK;
 }
@@ -221,8 +223,9 @@ static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     size_t off = 0, f = sizeof(float), nb = (size_t)p->B + 1;
     const size_t n_lse = p->varlen ? (size_t)p->H * (size_t)p->total_q : (size_t)p->B * p->H * (size_t)p->Sq;
     const size_t Dp = flashc__cpu_round_up((size_t)p->D, FLASHC_CPU_DP_ALIGN_MAX);
-    L.capq = max64(p->Sq, min64(BWD_WAVE_ROWS, p->total_q));
-    L.capk = max64(p->Sk, min64(BWD_WAVE_ROWS, p->total_k));
+    // at least one row, so a problem with seqlen 0 still carves non-empty slots (and never divides by 0)
+    L.capq = max64(1, max64(p->Sq, min64(BWD_WAVE_ROWS, p->total_q)));
+    L.capk = max64(1, max64(p->Sk, min64(BWD_WAVE_ROWS, p->total_k)));
     L.part_stride = L.capq * (int64_t)Dp;
     L.Di = flashc__cpu_take(ws, &off, n_lse * f);
     L.q_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
@@ -328,7 +331,8 @@ static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
         const int64_t dq_off = flashc__row_off(p, p->dq_stride, b, s.q_row0, i) + J->h * p->dq_stride[2];
         for (int64_t d = 0; d < p->D; d++) {
             float acc = 0.0f;
-            for (int sl = 0; sl < J->n_slots; sl++) acc += part0[(size_t)sl * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d)];
+            for (int sl = 0; sl < J->n_slots; sl++)
+                acc += part0[(size_t)sl * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d)];
             flashc__store(J->a->dq, dq_off + d, p->dtype, acc);
         }
     }
