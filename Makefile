@@ -39,7 +39,7 @@ ifneq ($(CU_SRCS),)
   LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -ldl -lrt -lstdc++
 endif
 
-.PHONY: all lib run test bench install clean info setup
+.PHONY: all lib run test bench install clean info setup setup-test
 all: info lib
 
 info:
@@ -110,7 +110,10 @@ setup:
 run: setup all $(BUILD)/flashc-bench
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/flashc-bench $(BENCH_ARGS)
 
-test: setup all $(TEST_BINS)
+setup-test:
+	@sh scripts/setup.sh test
+
+test: setup-test all $(TEST_BINS)
 	@sh tests/run_tests.sh $(BUILD)
 
 # ------------------------------------------------------------------------------------------------

@@ -24,4 +24,11 @@ if command -v python3 >/dev/null 2>&1; then
     echo "setup: pip installing numpy pytest ml_dtypes"
     python3 -m pip install -q numpy pytest ml_dtypes || echo "setup: pip install failed; Python tests will be skipped"
   fi
+  # `make test` (setup.sh test) also wants torch and transformers for the autograd, flash_attn,
+  # Transformers and ring-attention tests. PyPI has only the CUDA build of torch (~3.5 GB with its
+  # nvidia wheels, about 3 minutes here); the tests that need it skip if this fails.
+  if [ "${1:-}" = test ] && ! python3 -c "import torch, transformers" >/dev/null 2>&1; then
+    echo "setup: pip installing torch transformers (for the Python tests)"
+    python3 -m pip install -q torch transformers || echo "setup: torch/transformers install failed; their tests will be skipped"
+  fi
 fi
