@@ -20,7 +20,8 @@
 //           before it, with VmHWM reset through /proc/self/clear_refs ("5"). Inputs and outputs are
 //           written before, so this counts the workspace and anything the call allocates.
 //           CUDA: the workspace size the library asks for.
-//   JSON    --json FILE writes DESIGN.md §3's lines, one measurement a line.
+//   JSON    --json FILE writes DESIGN.md §3's lines, one measurement a line, plus the run's
+//           1-minute load average at start and end ("load_avg_1m"), since the cores may be shared.
 #define _GNU_SOURCE
 #include "flashc.h"
 #include "flashc_internal.h"
@@ -141,7 +142,10 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (TAKES("--budget")) {
             char *end;
             o->budget_s = v ? strtod(v, &end) : -1;
-            if (!v || *end || !(o->budget_s >= 0)) { fprintf(stderr, "flashc-bench: --budget takes seconds >= 0\n"); exit(2); }
+            if (!v || *end || !(o->budget_s >= 0)) {
+                fprintf(stderr, "flashc-bench: --budget takes seconds >= 0\n");
+                exit(2);
+            }
         } else if (TAKES("--json")) {
             if (!v) { fprintf(stderr, "flashc-bench: --json needs a file name\n"); exit(2); }
             o->json = v;
@@ -296,7 +300,10 @@ static const char *dtype_name(flashc_dtype t) {
 }
 
 static const char *backend_name(flashc_backend b) {
-    return b == FLASHC_BACKEND_CPU ? "cpu" : b == FLASHC_BACKEND_CUDA ? "cuda" : b == FLASHC_BACKEND_REF ? "ref" : "auto";
+    return b == FLASHC_BACKEND_CPU    ? "cpu"
+           : b == FLASHC_BACKEND_CUDA ? "cuda"
+           : b == FLASHC_BACKEND_REF  ? "ref"
+                                      : "auto";
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -572,7 +579,8 @@ static int check_one(flashc_ctx *ctx, flashc_ctx *ref, const check_case *c, uint
         if (okmem) {
             naive_blas_fwd(s, 1.0f / sqrtf((float)s->D), h[Q], h[K], h[V], on, S_bufs, nb);
             check_err e = compare(on, r[O], nq, tol_fwd);
-            printf("  check naive_blas (same case): out %.1e  [tol %.0e] %s\n", e.err, e.tol, e.err <= e.tol ? "ok" : "FAIL");
+            printf("  check naive_blas (same case): out %.1e  [tol %.0e] %s\n", e.err, e.tol,
+                   e.err <= e.tol ? "ok" : "FAIL");
             fail |= !(e.err <= e.tol);
         }
         free(on);
@@ -815,7 +823,7 @@ static void naive_blas_fwd(const shape *s, float scale, const float *q, const fl
     naive_job jobs[64];
     pthread_t th[64];
     for (int t = 0; t < nth; t++)
-        jobs[t] = (naive_job){s, scale, q, k, v, o, S_bufs[t], t, nth, row_chunks, rows_per_chunk > 0 ? rows_per_chunk : 1};
+        jobs[t] = (naive_job){s, scale, q, k, v, o, S_bufs[t], t, nth, row_chunks, rows_per_chunk};
     int started[64] = {0};
     for (int t = 1; t < nth; t++) started[t] = pthread_create(&th[t], NULL, naive_worker, &jobs[t]) == 0;
     naive_worker(&jobs[0]);
@@ -994,6 +1002,7 @@ typedef struct run_info {
     int threads;
     int checked;       // 1 passed, 0 skipped
     fma_ceiling fma;
+    double load0, load1; // 1-minute load average at the start and at the end of the run
 } run_info;
 
 static void json_line_common(FILE *f, const char *impl, const run_info *ri, const char *backend, const char *dtype) {
@@ -1002,6 +1011,7 @@ static void json_line_common(FILE *f, const char *impl, const run_info *ri, cons
     fprintf(f, ", \"backend\": \"%s\", \"device\": ", backend);
     json_str(f, ri->device);
     fprintf(f, ", \"dtype\": \"%s\"", dtype);
+    if (ri->load0 >= 0) fprintf(f, ", \"load_avg_1m\": [%.2f, %.2f]", ri->load0, ri->load1);
 }
 
 static void json_result(FILE *f, const char *impl, const run_info *ri, const result *r, const stats *st, int is_cuda,
@@ -1263,7 +1273,8 @@ int main(int argc, char **argv) {
     printf("flashc-bench %s  %s\n", flashc_version_string(), date);
     printf("backend %s (%s), dtype %s, device: %s", ri.backend, ctx->ops->name, dtype_name(t), ri.device);
     if (!is_cuda) printf(", %d thread%s, %ld online cores", nth, nth == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN));
-    printf("\nload average (1 min) at start: %.2f\n", loadavg1());
+    ri.load0 = loadavg1();
+    printf("\nload average (1 min) at start: %.2f\n", ri.load0);
     printf("suite: %s\n", su.note);
     printf("FLOPs: forward 4·B·H·Sq·Sk·D, halved for causal when Sq == Sk (else the unmasked pairs); "
            "backward 2.5x forward\n");
@@ -1387,7 +1398,8 @@ int main(int argc, char **argv) {
     if (show_naive)
         printf("speedup = naive_blas ms / flashc ms on the same inputs (naive_blas: fp32 forward only); "
                "mem = peak extra resident MiB of the first call\n");
-    printf("timed section: %.1f s; load average (1 min) at end: %.2f\n", t_total, loadavg1());
+    ri.load1 = loadavg1();
+    printf("timed section: %.1f s; load average (1 min) at end: %.2f\n", t_total, ri.load1);
 
     if (o.json) {
         int lines = 0;

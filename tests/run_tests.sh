@@ -3,11 +3,12 @@
 #
 #   1. BUILD_DIR/test_flashc      accuracy sweep, every backend compiled in and available
 #   2. BUILD_DIR/test_bad_input   invalid arguments: status, message, no write, no crash
-#   3. BUILD_DIR/test_memory      O(N) memory at Sq = Sk = 32768 (forward) and 8192 (backward)
-#   4. an ASan + UBSan copy of the library and tests in build-asan/ (host backends; the CUDA
-#      backend is compute-sanitizer's job on a GPU machine), running test_flashc --quick and
-#      test_bad_input
-#   5. python3 -m pytest -q python/tests, when that directory exists and pytest imports
+#   3. every other BUILD_DIR/test_* built from tests/test_*.c (the Makefile builds them all)
+#   4. BUILD_DIR/test_memory      O(N) memory at Sq = Sk = 32768 (forward) and 8192 (backward)
+#   5. an ASan + UBSan copy of the library and tests in build-asan/ (host backends; the CUDA
+#      backend is compute-sanitizer's job on a GPU machine), running test_flashc --quick and every
+#      other test but test_memory
+#   6. python3 -m pytest -q python/tests, when that directory exists and pytest imports
 #
 # Each program ends with "N passed, M failed"; this script adds them up (pytest's summary too) and
 # prints the total as its very last line. A program that crashes, or exits nonzero without a
@@ -66,7 +67,13 @@ run() {
 # ------------------------------------------------------------------------------------------------
 # the build under test
 
-for t in test_flashc test_bad_input test_memory; do
+# test_flashc and test_bad_input first, test_memory (minutes) last, the others in between
+others=""
+for src in tests/test_*.c; do
+    t=$(basename "$src" .c)
+    case $t in test_flashc | test_bad_input | test_memory) ;; *) others="$others $t" ;; esac
+done
+for t in test_flashc test_bad_input $others test_memory; do
     if [ -x "$BUILD/$t" ]; then
         run "$t" "$BUILD/$t"
     else
@@ -84,13 +91,15 @@ done
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 echo "== building the ASan+UBSan copy in build-asan/ (NVCC= : host backends only)"
 t0=$(date +%s)
-if make -j2 BUILD=build-asan NVCC= CFLAGS="$SAN -O1" LDFLAGS="$SAN" build-asan/test_flashc build-asan/test_bad_input \
-    >"$TMP/asan-build.log" 2>&1; then
+asan_bins="build-asan/test_flashc build-asan/test_bad_input"
+for t in $others; do asan_bins="$asan_bins build-asan/$t"; done
+if make -j2 BUILD=build-asan NVCC= CFLAGS="$SAN -O1" LDFLAGS="$SAN" $asan_bins >"$TMP/asan-build.log" 2>&1; then
     echo "== asan build: $(($(date +%s) - t0)) s"
     export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:check_initialization_order=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     run "test_flashc --quick (asan+ubsan)" build-asan/test_flashc --quick
     run "test_bad_input (asan+ubsan)" build-asan/test_bad_input
+    for t in $others; do run "$t (asan+ubsan)" "build-asan/$t"; done
     unset ASAN_OPTIONS UBSAN_OPTIONS
 else
     tail -n 30 "$TMP/asan-build.log"

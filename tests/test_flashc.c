@@ -26,7 +26,6 @@
 //   The last line is "N passed, M failed"; the exit status is nonzero on any failure.
 #include "test_common.h"
 
-#include <float.h>
 #include <time.h>
 
 #pragma weak flashc__cuda_device_present

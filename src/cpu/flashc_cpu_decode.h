@@ -12,7 +12,8 @@
 //     split (flash-decoding) and the fp32 partials are merged by their LSEs (flashc__merge_host_rows);
 //   - K_j, V_j rows are addressed through the block table (any page size) or cache_batch_idx via
 //     per-block row-pointer arrays, and read in their own dtype (bf16, f16, f32), widened in
-//     registers; the next block's rows are prefetched while this one computes.
+//     registers; the next block's rows are prefetched, whole and in address order, while this one
+//     computes.
 // The kernel (flashc_cpu_decode_kernel.h) is compiled per ISA like the FA2 kernels; the driver is
 // flashc_cpu_decode.c.
 #ifndef FLASHC_CPU_DECODE_H
@@ -23,9 +24,7 @@
 
 // Keys per block: the K and V rows of one block for all 8 kv heads at D = 128, bf16, are 2 x 64 KiB,
 // so this block and the prefetched next one stay in a 512 KiB L2.
-#ifndef FLASHC_CPU_DEC_BC
 #define FLASHC_CPU_DEC_BC 32
-#endif
 // Query rows per register tile (the QK and PV microkernels keep 4 rows x 2 vectors in registers).
 #define FLASHC_CPU_DEC_MR 4
 // Rows (query positions x heads) per work item: bounds the Q and O scratch (64 KiB each at D = 128).

@@ -10,7 +10,8 @@
 // accumulators, then a horizontal sum), the online softmax over the block, and O_i += P_ij V_j with
 // the MR x 2 (or 4) vectors of O_i in registers while the keys stream. K_j and V_j are read in
 // their dtype straight from the cache (bf16 / f16 widened in registers), never copied, except when
-// D is not a multiple of the vector width (then an fp32 copy padded with zeros).
+// D is not a multiple of the vector width (then an fp32 copy padded with zeros). While a block
+// computes, the next one's rows are prefetched in address order (see pf_cursor).
 #ifndef FLASHC_ISA_NAME
 #error "define FLASHC_ISA and FLASHC_ISA_NAME before including flashc_cpu_decode_kernel.h"
 #endif
@@ -359,9 +360,12 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
         // passes (an equal share of the lines per pass, a few per key)
         pf_cursor kc = {t->kn, 1, 0, 0, 0}, vc = {t->vn, 1, 0, 0, 0};
         int64_t k_lines = 0, v_lines = 0;
-        if (n1 > 0 && !X->staged) {
+        if (n1 > 0) {
             int64_t *ko1 = t->k_off + (cur ^ 1) * BC, *vo1 = t->v_off + (cur ^ 1) * BC;
             row_offsets(p, X->b, &X->s, j0 + BC, n1, ko1, vo1);
+        }
+        if (n1 > 0 && !X->staged) { // (the staged path copies rows anyway)
+            const int64_t *ko1 = t->k_off + (cur ^ 1) * BC, *vo1 = t->v_off + (cur ^ 1) * BC;
             k_lines = pf_segments(p, J->k, p->k_stride[2], ko1, n1, X->kh0, X->nh, t->kn, &kc.seg_lines) * kc.seg_lines;
             v_lines = pf_segments(p, J->v, p->v_stride[2], vo1, n1, X->kh0, X->nh, t->vn, &vc.seg_lines) * vc.seg_lines;
         }
@@ -379,8 +383,10 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
                 stage_rows(t->kp, nk, p->D, Dv, Dp, p->dtype, t->Ks);
                 stage_rows(t->vp, nk, p->D, Dv, Dp, p->dtype, t->Vs);
             }
-            kc.left += k_share; // this pass's share (the last pass issues what is left)
-            vc.left += v_share;
+            // this pass's share: up to (pass + 1) shares issued in all, never past the last line
+            const int64_t pass = kh - X->kh0 + 1;
+            kc.left = dec_min(k_lines, pass * k_share) - (kc.s * kc.seg_lines + kc.l);
+            vc.left = dec_min(v_lines, pass * v_share) - (vc.s * vc.seg_lines + vc.l);
             const int64_t m0 = (int64_t)(kh - X->kh0) * X->RG;
             for (int64_t r0 = 0; r0 < X->RG; r0 += MR) {
                 const int mr = (int)dec_min(MR, X->RG - r0);
@@ -417,7 +423,10 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
                 }
             }
         }
-        if (k_lines) pf_step(&kc, kc.left); // whatever skipped tiles left over
+        // what tiles without a visible key left over
+        kc.left = k_lines - (kc.s * kc.seg_lines + kc.l);
+        vc.left = v_lines - (vc.s * vc.seg_lines + vc.l);
+        if (k_lines) pf_step(&kc, kc.left);
         if (v_lines) pf_step(&vc, vc.left);
     }
 }

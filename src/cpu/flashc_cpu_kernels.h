@@ -79,8 +79,9 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         tile_load_rows(t.V, ld, key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk, D, dt, 1.0f);
         if (j0 + FLASHC_CPU_FWD_BC < kv_hi) { // K_{j+1}, V_{j+1} arrive while this block computes
             const int64_t j1 = j0 + FLASHC_CPU_FWD_BC, n1 = min64(ROW_PREFETCH, kv_hi - j1);
-            tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, D * (int64_t)es);
-            tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, D * (int64_t)es);
+            const int64_t row_bytes = D * (int64_t)es;
+            tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
+            tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
         }
         tile_qkT(t.ST, t.K, ld, t.QT, nk, D);                             // S_ij = Q_i K_j^T
         if (p->softcap > 0) tile_softcap(t.ST, NULL, nk * BRF, p->softcap, LOG2E); // cap * tanh(S / cap)
@@ -181,14 +182,19 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
             t.Di[r] = blk->Di[li];
         }
         // Alg. 2 line 10: load Q_i, dO_i into fp32 tiles (f16/bf16 widened here, once per load)
-        tile_load_rows(t.Q, ld, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D, dt, 1.0f);
-        tile_load_rows(t.dO, ld, row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es), p->do_stride[1], nq, D, dt, 1.0f);
+        const void *q_i = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es);
+        const void *do_i = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es);
+        tile_load_rows(t.Q, ld, q_i, p->q_stride[1], nq, D, dt, 1.0f);
+        tile_load_rows(t.dO, ld, do_i, p->do_stride[1], nq, D, dt, 1.0f);
         const float *Q_i = t.Q, *dO_i = t.dO;
         const int64_t q_rs = ld, do_rs = ld;
         if (i0 + FLASHC_CPU_BWD_BR < r_end) { // Q_{i+1}, dO_{i+1} and their dQ rows, ahead of use
             const int64_t i1 = i0 + FLASHC_CPU_BWD_BR, n1 = min64(ROW_PREFETCH, r_end - i1);
-            tile_prefetch_rows(row_ptr(p, a->q, p->q_stride, b, s.q_row0, i1, h, es), p->q_stride[1], es, n1, D * (int64_t)es);
-            tile_prefetch_rows(row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i1, h, es), p->do_stride[1], es, n1, D * (int64_t)es);
+            const int64_t row_bytes = D * (int64_t)es;
+            const void *q_1 = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i1, h, es);
+            const void *do_1 = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i1, h, es);
+            tile_prefetch_rows(q_1, p->q_stride[1], es, n1, row_bytes);
+            tile_prefetch_rows(do_1, p->do_stride[1], es, n1, row_bytes);
             tile_prefetch_rows(blk->dq_acc + i1 * Dp, Dp, sizeof(float), n1, Dp * (int64_t)sizeof(float));
         }
         tile_qkT_rows(t.S, Q_i, q_rs, t.KT, nq, D);                       // S_ij = Q_i K_j^T

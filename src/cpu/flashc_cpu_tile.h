@@ -82,9 +82,11 @@ FLASHC_FORCE_INLINE void tile_mm(int MR, int NV, float *restrict C, int64_t ldc,
         float *c = C + n0;
         const float *b = B + n0;
         int64_t m0 = 0;
-        for (; m0 + MR <= M; m0 += MR) mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+        for (; m0 + MR <= M; m0 += MR)
+            mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
         if (MR > 4)
-            for (; m0 + 4 <= M; m0 += 4) mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+            for (; m0 + 4 <= M; m0 += 4)
+                mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
         if (m0 + 2 <= M) {
             mm_block(2, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
             m0 += 2;
@@ -210,7 +212,8 @@ static void tile_rowmax(float *restrict m_new, float *restrict m_use, const floa
 // alpha = 2^(m_old - m_use)  (Alg. 1 line 10's rescale factor e^{m_i^{j-1} - m_i^j})
 static void tile_alpha(float *restrict alpha, const float *m_old, const float *m_use) {
     for (int r = 0; r < BRF; r += W)
-        FLASHC_VF32_STORE(alpha + r, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(m_old + r), FLASHC_VF32_LOAD(m_use + r))));
+        FLASHC_VF32_STORE(alpha + r,
+                          flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(m_old + r), FLASHC_VF32_LOAD(m_use + r))));
 }
 
 // P_ij = 2^(S_ij - m_use), in place  (Alg. 1 line 9)
@@ -285,7 +288,8 @@ static void tile_exp_sub_lse(float *restrict S, const float *restrict L2, int64_
     for (int64_t r = 0; r < nq; r++) {
         FLASHC_VF32 l2 = FLASHC_VF32_SET1(L2[r]);
         float *s = S + r * BCB;
-        for (int c = 0; c < BCB; c += W) FLASHC_VF32_STORE(s + c, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s + c), l2)));
+        for (int c = 0; c < BCB; c += W)
+            FLASHC_VF32_STORE(s + c, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s + c), l2)));
     }
 }
 
