@@ -4,10 +4,11 @@
 //
 // Decode is bound by the bytes of K and V: the figure of merit is
 //     GB/s = batch * kv * heads_kv * head_dim * 2 (K and V) * 2 (bf16) / time
-// next to the read bandwidth of this machine with the same thread count, measured by a plain
-// streaming read of a 512 MiB buffer right before each shape is timed (the cores may be shared, so
-// the ceiling is taken next to the measurement it judges). A memcpy bandwidth (bytes read + written)
-// is reported beside it once.
+// next to the read bandwidth of this machine with the same thread count: a plain streaming read
+// (64..512 MiB, about the bytes of the call, each in a part of a 512 MiB buffer the previous one did
+// not touch) before each timed call, median over the calls, so
+// that the ceiling and the measurement it judges see the same load on (possibly shared) cores.
+// A read and a memcpy bandwidth (bytes read + written) of 512 MiB are reported once at the start.
 //
 // Method: the caches are two pools of "sequence slots" addressed through cache_batch_idx, and each
 // timed call reads slots the previous call did not, so no call finds its K/V in the 32 MiB L3.
@@ -113,12 +114,14 @@ typedef struct bw_job {
     uint64_t *dst;
     size_t n; // uint64 words
     uint64_t sum;
+    double t0, t1; // this thread's start and end (the main thread may be descheduled at the barrier)
     pthread_barrier_t *bar;
 } bw_job;
 
 static void *bw_read(void *arg) {
     bw_job *j = arg;
     pthread_barrier_wait(j->bar);
+    j->t0 = now();
     uint64_t a = 0, b = 0, c = 0, d = 0;
     for (size_t i = 0; i + 8 <= j->n; i += 8) { // 4 chains; the compiler vectorises the adds
         a += j->src[i] + j->src[i + 4];
@@ -127,6 +130,7 @@ static void *bw_read(void *arg) {
         d += j->src[i + 3] + j->src[i + 7];
     }
     j->sum = a ^ b ^ c ^ d;
+    j->t1 = now();
     pthread_barrier_wait(j->bar);
     return NULL;
 }
@@ -134,7 +138,9 @@ static void *bw_read(void *arg) {
 static void *bw_copy(void *arg) {
     bw_job *j = arg;
     pthread_barrier_wait(j->bar);
+    j->t0 = now();
     memcpy(j->dst, j->src, j->n * sizeof(uint64_t));
+    j->t1 = now();
     pthread_barrier_wait(j->bar);
     return NULL;
 }
@@ -158,10 +164,15 @@ static double measure_bw(int copy, char *buf, size_t bytes, int threads, int rep
             pthread_create(&th[i], NULL, copy ? bw_copy : bw_read, &jobs[i]);
         }
         pthread_barrier_wait(&bar);
-        double t0 = now();
         pthread_barrier_wait(&bar);
-        t[r] = now() - t0;
-        for (int i = 0; i < threads; i++) pthread_join(th[i], NULL), g_sink ^= jobs[i].sum;
+        double t0 = jobs[0].t0, t1 = jobs[0].t1; // first start to last end
+        for (int i = 0; i < threads; i++) {
+            pthread_join(th[i], NULL);
+            g_sink ^= jobs[i].sum;
+            t0 = jobs[i].t0 < t0 ? jobs[i].t0 : t0;
+            t1 = jobs[i].t1 > t1 ? jobs[i].t1 : t1;
+        }
+        t[r] = t1 - t0;
         pthread_barrier_destroy(&bar);
         free(th), free(jobs);
     }
@@ -347,21 +358,30 @@ int main(int argc, char **argv) {
                 void *ws = ws_size ? pool_alloc(ws_size, 0) : NULL;
                 // call r reads slots (r * B .. r * B + B - 1) mod the groups of B that fit
                 const int groups = n_slots / B;
-                double *t = malloc(sizeof(double) * (size_t)o.repeats);
+                double *t = malloc(sizeof(double) * (size_t)o.repeats), *rb = malloc(sizeof(double) * (size_t)o.repeats);
+                // the ceiling is sampled between the timed calls, one streaming read of about the
+                // same bytes (64 .. 512 MiB) before each, so both see the same load on the cores
+                size_t rd_bytes = 2 * bytes < ((size_t)64 << 20) ? (size_t)64 << 20 : 2 * bytes;
+                if (rd_bytes > bw_bytes) rd_bytes = bw_bytes;
                 flashc_status st = FLASHC_OK;
                 for (int r = -2; r < o.repeats && st == FLASHC_OK; r++) { // 2 warm-up calls
                     const int g = ((r + 2) % groups + groups) % groups;
                     for (int b = 0; b < B; b++) cbi[b] = g * B + b;
+                    if (r >= 0) { // a window the previous read did not touch (no L3 hits)
+                        const size_t n_win = bw_bytes / rd_bytes;
+                        rb[r] = measure_bw(0, bw + (size_t)r % n_win * rd_bytes, rd_bytes, o.threads, 1);
+                    }
                     double t0 = now();
                     st = flashc_fwd_kvcache(ctx, &d, &kd, q, kp, vp, NULL, NULL, out, lse, ws, ws_size, NULL);
                     if (r >= 0) t[r] = now() - t0;
-                    if (r == -1) read0 = measure_bw(0, bw, bw_bytes, o.threads, 3); // the ceiling next to it
                 }
                 if (st != FLASHC_OK) {
                     printf("flashc_fwd_kvcache: %s\n", flashc_ctx_last_error(ctx));
                     return 1;
                 }
                 qsort(t, (size_t)o.repeats, sizeof(double), cmp_double);
+                qsort(rb, (size_t)o.repeats, sizeof(double), cmp_double);
+                read0 = rb[o.repeats / 2];
                 const double med = t[o.repeats / 2], gbps = 2.0 * (double)bytes / med * 1e-9, load = loadavg1();
                 printf("%5d %3d %6d %9.3f %9.3f %9.2f %9.2f %7.1f%% %6.2f\n", B, Sq, kv, med * 1e3, t[0] * 1e3, gbps,
                        read0, 100.0 * gbps / read0, load);
@@ -375,7 +395,7 @@ int main(int argc, char **argv) {
                             "\"loadavg\": %.2f}\n",
                             device, B, H_Q, H_KV, Sq, kv, HD, med * 1e3, t[0] * 1e3, gbps, o.threads, read0,
                             100.0 * gbps / read0, load);
-                free(q), free(out), free(lse), free(cl), free(cbi), free(ws), free(t);
+                free(q), free(out), free(lse), free(cl), free(cbi), free(ws), free(t), free(rb);
             }
     printf("load average (1 min) %.2f at the end\n", loadavg1());
     flashc_ctx_free(ctx);
