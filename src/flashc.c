@@ -161,7 +161,7 @@ static int strides_overlap(int64_t batch, int64_t rows, int64_t heads, int64_t D
 
 // A tensor of `batch` x `rows` x `heads` head vectors (varlen: batch = 1, rows = total, [batch] stride
 // ignored) with strides st: fills "same as" strides, then rejects negative or overlapping ones.
-static flashc_status check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as, int varlen,
+flashc_status flashc__check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as, int varlen,
                                   int64_t batch, int64_t rows, int64_t heads, int32_t D) {
     if (same_as && !st[0] && !st[1] && !st[2]) memcpy(st, same_as, 3 * sizeof *st);
     if (varlen) st[0] = 0;
@@ -192,15 +192,22 @@ static flashc_status check_cu_seqlens(flashc_ctx *ctx, const char *name, const i
     return FLASHC_OK;
 }
 
-// Copy n int32 from the backend's memory into the ctx's host scratch at offset `at`.
-static flashc_status fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, int64_t n) {
-    if (at + (size_t)n > ctx->host_i32_cap) {
-        size_t cap = at + (size_t)n + 64;
-        int32_t *h = realloc(ctx->host_i32, cap * sizeof *h);
-        if (!h) FAIL(ctx, FLASHC_ERR_ALLOC, "out of host memory for %lld cu_seqlens entries", (long long)n);
+// The ctx's host scratch for int32 tables (cu_seqlens, seqused_k, cache_seqlens ...), grown to at
+// least n entries; NULL if out of memory.
+int32_t *flashc__host_i32(flashc_ctx *ctx, size_t n) {
+    if (n > ctx->host_i32_cap) {
+        int32_t *h = realloc(ctx->host_i32, (n + 64) * sizeof *h);
+        if (!h) return NULL;
         ctx->host_i32 = h;
-        ctx->host_i32_cap = cap;
+        ctx->host_i32_cap = n + 64;
     }
+    return ctx->host_i32;
+}
+
+// Copy n int32 from the backend's memory into the ctx's host scratch at offset `at`.
+flashc_status flashc__fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, int64_t n) {
+    if (!flashc__host_i32(ctx, at + (size_t)n))
+        FAIL(ctx, FLASHC_ERR_ALLOC, "out of host memory for %lld cu_seqlens entries", (long long)n);
     if (ctx->ops->read_i32) return ctx->ops->read_i32(ctx, ctx->host_i32 + at, src, n);
     memcpy(ctx->host_i32 + at, src, (size_t)n * sizeof *src);
     return FLASHC_OK;
@@ -208,7 +215,7 @@ static flashc_status fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, i
 
 #define FLASHC_MAX_SEQLEN (1 << 30) // keeps i + Sk - Sq and row counts far from int32/int64 overflow
 
-static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int mode) {
+flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int mode) {
     if (!ctx) return FLASHC_ERR_INVALID_ARG;
     ctx->err[0] = 0;
     if (!d) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "desc is NULL");
@@ -272,9 +279,9 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
     if (p->varlen) {
         size_t n = (size_t)p->B + 1;
         flashc_status st;
-        if ((st = fetch_i32(ctx, 0, d->cu_seqlens_q, (int64_t)n)) != FLASHC_OK) return st;
-        if ((st = fetch_i32(ctx, n, d->cu_seqlens_k, (int64_t)n)) != FLASHC_OK) return st;
-        if (d->seqused_k && (st = fetch_i32(ctx, 2 * n, d->seqused_k, p->B)) != FLASHC_OK) return st;
+        if ((st = flashc__fetch_i32(ctx, 0, d->cu_seqlens_q, (int64_t)n)) != FLASHC_OK) return st;
+        if ((st = flashc__fetch_i32(ctx, n, d->cu_seqlens_k, (int64_t)n)) != FLASHC_OK) return st;
+        if (d->seqused_k && (st = flashc__fetch_i32(ctx, 2 * n, d->seqused_k, p->B)) != FLASHC_OK) return st;
         p->cu_q_host = ctx->host_i32;
         p->cu_k_host = ctx->host_i32 + n;
         p->seqused_k_host = d->seqused_k ? ctx->host_i32 + 2 * n : NULL;
@@ -284,7 +291,7 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
         p->total_k = p->cu_k_host[p->B];
     } else {
         if (d->seqused_k) {
-            flashc_status st = fetch_i32(ctx, 0, d->seqused_k, p->B);
+            flashc_status st = flashc__fetch_i32(ctx, 0, d->seqused_k, p->B);
             if (st != FLASHC_OK) return st;
             p->seqused_k_host = ctx->host_i32;
         }
@@ -347,16 +354,16 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
     int64_t qb = vl ? 1 : p->B, qr = vl ? p->total_q : p->Sq;
     int64_t kb = p->block_table ? p->num_pages : kvl ? 1 : p->B;
     int64_t kr = p->block_table ? p->page_size : kvl ? p->total_k : p->Sk;
-    if ((st = check_tensor(ctx, "q", p->q_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
-    if ((st = check_tensor(ctx, "k", p->k_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
-    if ((st = check_tensor(ctx, "v", p->v_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
-    if ((st = check_tensor(ctx, "o", p->o_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+    if ((st = flashc__check_tensor(ctx, "q", p->q_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+    if ((st = flashc__check_tensor(ctx, "k", p->k_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+    if ((st = flashc__check_tensor(ctx, "v", p->v_stride, NULL, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+    if ((st = flashc__check_tensor(ctx, "o", p->o_stride, NULL, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
     if (mode == FLASHC__FOR_BWD) {
         if (p->block_table) FAIL(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: paged K/V is forward only");
-        if ((st = check_tensor(ctx, "do", p->do_stride, p->o_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
-        if ((st = check_tensor(ctx, "dq", p->dq_stride, p->q_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
-        if ((st = check_tensor(ctx, "dk", p->dk_stride, p->k_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
-        if ((st = check_tensor(ctx, "dv", p->dv_stride, p->v_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+        if ((st = flashc__check_tensor(ctx, "do", p->do_stride, p->o_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+        if ((st = flashc__check_tensor(ctx, "dq", p->dq_stride, p->q_stride, vl, qb, qr, p->H, p->D)) != FLASHC_OK) return st;
+        if ((st = flashc__check_tensor(ctx, "dk", p->dk_stride, p->k_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
+        if ((st = flashc__check_tensor(ctx, "dv", p->dv_stride, p->v_stride, kvl, kb, kr, p->H_kv, p->D)) != FLASHC_OK) return st;
     }
     return mode == FLASHC__FOR_KVCACHE ? FLASHC_OK : ctx->ops->supports(ctx, p);
 }
@@ -366,23 +373,23 @@ static flashc_status resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_
 
 flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    return resolve(ctx, d, &p, FLASHC__FOR_BWD);
+    return flashc__resolve(ctx, d, &p, FLASHC__FOR_BWD);
 }
 
 size_t flashc_fwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    if (resolve(ctx, d, &p, FLASHC__FOR_FWD) != FLASHC_OK) return 0;
+    if (flashc__resolve(ctx, d, &p, FLASHC__FOR_FWD) != FLASHC_OK) return 0;
     return ctx->ops->fwd_ws ? ctx->ops->fwd_ws(ctx, &p) : 0;
 }
 
 size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    if (resolve(ctx, d, &p, FLASHC__FOR_BWD) != FLASHC_OK) return 0;
+    if (flashc__resolve(ctx, d, &p, FLASHC__FOR_BWD) != FLASHC_OK) return 0;
     return ctx->ops->bwd_ws ? ctx->ops->bwd_ws(ctx, &p) : 0;
 }
 
 // The workspace to use: the caller's (checked for size), or the ctx's own, grown on demand.
-static flashc_status pick_workspace(flashc_ctx *ctx, size_t need, void **ws, size_t *ws_size) {
+flashc_status flashc__pick_workspace(flashc_ctx *ctx, size_t need, void **ws, size_t *ws_size) {
     if (*ws) {
         if (*ws_size < need)
             FAIL(ctx, FLASHC_ERR_WORKSPACE_SMALL, "workspace_size = %zu: this problem needs %zu bytes", *ws_size, need);
@@ -411,7 +418,7 @@ static flashc_status pick_workspace(flashc_ctx *ctx, size_t need, void **ws, siz
 flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void *q, const void *k, const void *v,
                          void *o, float *lse, void *workspace, size_t workspace_size, void *stream) {
     flashc_problem p;
-    flashc_status st = resolve(ctx, d, &p, FLASHC__FOR_FWD);
+    flashc_status st = flashc__resolve(ctx, d, &p, FLASHC__FOR_FWD);
     if (st != FLASHC_OK) return st;
     if (!q) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "q is NULL");
     if (!k) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "k is NULL");
@@ -420,7 +427,7 @@ flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void 
     if (o == q || o == k || o == v) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "o aliases an input (q, k or v)");
     if ((void *)lse == o) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "lse aliases o");
     size_t need = ctx->ops->fwd_ws ? ctx->ops->fwd_ws(ctx, &p) : 0;
-    if ((st = pick_workspace(ctx, need, &workspace, &workspace_size)) != FLASHC_OK) return st;
+    if ((st = flashc__pick_workspace(ctx, need, &workspace, &workspace_size)) != FLASHC_OK) return st;
     flashc_fwd_args a = {q, k, v, o, lse, workspace, workspace_size, stream};
     return ctx->ops->fwd(ctx, &p, &a);
 }
@@ -429,7 +436,7 @@ flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void 
                          const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
                          void *workspace, size_t workspace_size, void *stream) {
     flashc_problem p;
-    flashc_status st = resolve(ctx, d, &p, FLASHC__FOR_BWD);
+    flashc_status st = flashc__resolve(ctx, d, &p, FLASHC__FOR_BWD);
     if (st != FLASHC_OK) return st;
     const void *in[6] = {q, k, v, o, lse, dout};
     const char *in_name[6] = {"q", "k", "v", "o", "lse", "dout"};
@@ -445,37 +452,7 @@ flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d, const void 
             if (out[i] == out[j]) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "%s aliases %s", out_name[i], out_name[j]);
     }
     size_t need = ctx->ops->bwd_ws ? ctx->ops->bwd_ws(ctx, &p) : 0;
-    if ((st = pick_workspace(ctx, need, &workspace, &workspace_size)) != FLASHC_OK) return st;
+    if ((st = flashc__pick_workspace(ctx, need, &workspace, &workspace_size)) != FLASHC_OK) return st;
     flashc_bwd_args a = {q, k, v, o, dout, lse, dq, dk, dv, workspace, workspace_size, stream};
     return ctx->ops->bwd(ctx, &p, &a);
-}
-
-// ------------------------------------------------------------------------------------------------
-// the checks above, for src/flashc_kvcache.c (flashc_fwd_kvcache, flashc_merge)
-
-flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc_problem *p, int mode) {
-    return resolve(ctx, d, p, mode);
-}
-
-flashc_status flashc__check_tensor(flashc_ctx *ctx, const char *name, int64_t *st, const int64_t *same_as, int varlen,
-                                   int64_t batch, int64_t rows, int64_t heads, int32_t D) {
-    return check_tensor(ctx, name, st, same_as, varlen, batch, rows, heads, D);
-}
-
-flashc_status flashc__fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, int64_t n) {
-    return fetch_i32(ctx, at, src, n);
-}
-
-int32_t *flashc__host_i32(flashc_ctx *ctx, size_t n) {
-    if (n > ctx->host_i32_cap) {
-        int32_t *h = realloc(ctx->host_i32, (n + 64) * sizeof *h);
-        if (!h) return NULL;
-        ctx->host_i32 = h;
-        ctx->host_i32_cap = n + 64;
-    }
-    return ctx->host_i32;
-}
-
-flashc_status flashc__pick_workspace(flashc_ctx *ctx, size_t need, void **ws, size_t *ws_size) {
-    return pick_workspace(ctx, need, ws, ws_size);
 }
