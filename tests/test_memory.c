@@ -22,8 +22,9 @@
 
 #define MiB (1024.0 * 1024.0)
 
-static long status_kb(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
+// The value (kB) of "key:" in a /proc file such as /proc/self/status or /proc/meminfo; -1 if absent.
+static long proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[256];
     long v = -1;
@@ -34,17 +35,8 @@ static long status_kb(const char *key) {
     return v;
 }
 
-static long meminfo_kb(const char *key) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long v = -1;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') v = atol(line + n + 1);
-    fclose(f);
-    return v;
-}
+static long status_kb(const char *key) { return proc_kb("/proc/self/status", key); }
+static long meminfo_kb(const char *key) { return proc_kb("/proc/meminfo", key); }
 
 static int reset_peak(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");
