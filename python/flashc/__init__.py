@@ -8,12 +8,13 @@ current stream.
     out = flashc.attention(q, k, v, causal=True)            # q (B, Sq, H, D), k/v (B, Sk, H_kv, D)
     out, lse = flashc.attention(q, k, v, return_lse=True)
     dq, dk, dv = flashc.attention_backward(dout, q, k, v, out, lse)   # numpy; torch uses autograd
+    out, lse = flashc.merge(out_parts, lse_parts)          # partials over disjoint key sets -> exact
 
 Submodules: flashc.flash_attn (a drop-in for flash-attn 2.x), flashc.transformers (registers
 attn_implementation="flashc" with Hugging Face Transformers).
 """
 from . import _lib
-from ._api import attention, attention_backward
+from ._api import attention, attention_backward, merge
 from ._lib import (FlashcError, FlashcMemoryError, FlashcNotImplementedError, FlashcRuntimeError, FlashcValueError,
                    LibraryNotFound, VersionMismatch)
 
@@ -44,6 +45,6 @@ def library_path():
     return str(_lib.path)
 
 
-__all__ = ["attention", "attention_backward", "backends", "library_version", "library_path", "FlashcError", "FlashcValueError",
+__all__ = ["attention", "attention_backward", "merge", "backends", "library_version", "library_path", "FlashcError", "FlashcValueError",
            "FlashcNotImplementedError", "FlashcMemoryError", "FlashcRuntimeError", "LibraryNotFound",
            "VersionMismatch", "__version__"]

@@ -44,16 +44,17 @@ _NO_STRIDES = (0, 0, 0)
 
 def make_desc(dtype, batch, sq, sk, h, hkv, d, qs, ks, vs, os_, scale, softcap, causal, window_left, window_right,
               alibi_ptr=0, alibi_batch_stride=0, cu_q=0, cu_k=0, seqused_k=0, deterministic=False,
-              dos=_NO_STRIDES, dqs=_NO_STRIDES, dks=_NO_STRIDES, dvs=_NO_STRIDES):
+              dos=_NO_STRIDES, dqs=_NO_STRIDES, dks=_NO_STRIDES, dvs=_NO_STRIDES, paged=(0, 0, 0, 0)):
     """A flashc_attn_desc. Strides are element strides [batch, seq, head] (batch ignored in varlen);
-    scale 0 or None means 1/sqrt(head_dim); zero gradient strides mean "same as out/q/k/v"."""
+    scale 0 or None means 1/sqrt(head_dim); zero gradient strides mean "same as out/q/k/v";
+    paged = (block_table, block_table_stride, page_size, num_pages) or zeros."""
     desc = _lib.AttnDesc()
     use_window = window_left != -1 or window_right != -1
     _lib.DESC_PACK.pack_into(
         desc, 0, batch, sq, sk, h, hkv, d, dtype, scale or 0.0, softcap, 1 if causal else 0,
         window_left if use_window else 0, window_right if use_window else 0, 1 if use_window else 0,
         alibi_ptr or 0, alibi_batch_stride, 1 if deterministic else 0, *qs, *ks, *vs, *os_, *dos, *dqs, *dks, *dvs,
-        cu_q or 0, cu_k or 0, seqused_k or 0, 0, 0, 0, 0)
+        cu_q or 0, cu_k or 0, seqused_k or 0, *paged)
     return desc
 
 
@@ -347,3 +348,53 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, sof
                                   seqused_k=seqused_k, deterministic=deterministic)
     return _np_bwd(dout, q, k, v, out, lse, causal, scale, softcap, tuple(window), alibi_slopes, cu_seqlens_q,
                    cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic)
+
+
+# ------------------------------------------------------------------------------------------------
+# merge
+
+
+def merge_desc(shape, part_dtype, out_dtype, part_strides):
+    """A flashc_merge_desc for out_parts of shape (n_parts, B, S, H, D) with element strides
+    part_strides (last dim contiguous) and a contiguous (B, S, H, D) out."""
+    if len(shape) != 5:
+        raise ValueError(f"flashc: out_parts has shape {tuple(shape)}: expected (n_parts, batch, seqlen, heads, head_dim)")
+    m = _lib.MergeDesc()
+    m.n_parts, m.batch, m.seqlen, m.heads, m.head_dim = shape
+    m.part_dtype, m.out_dtype = part_dtype, out_dtype
+    m.part_stride[:] = part_strides[:4]
+    return m
+
+
+def merge(out_parts, lse_parts, out_dtype=None):
+    """Combine partial attention results over disjoint key sets into the exact result (the merge of
+    split-KV decoding, cascade and ring attention): lse = log(sum_s exp(lse_s)), out = sum_s
+    exp(lse_s - lse) * out_s. A part with lse_s = +inf saw no key and weighs nothing.
+
+    out_parts (n_parts, B, S, H, D) float32/float16/bfloat16, lse_parts float32 (n_parts, B, H, S).
+    Returns (out (B, S, H, D) in out_dtype, default out_parts' dtype; lse float32 (B, H, S)). numpy
+    arrays run on the CPU backend, torch tensors on their device's backend.
+    """
+    if _kind(out_parts) == "torch":
+        return _torch_module().merge_impl(out_parts, lse_parts, out_dtype)
+    parts, pp, pst = _np_in(out_parts, "out_parts")
+    pdt = _NP_DTYPES.get(parts.dtype)
+    odt = np.dtype(out_dtype) if out_dtype is not None else parts.dtype
+    if pdt is None or odt not in _NP_DTYPES:
+        raise ValueError(f"flashc: out_parts is {parts.dtype}, out_dtype {odt}: float32, float16 or bfloat16 expected")
+    m = merge_desc(parts.shape, pdt, _NP_DTYPES[odt], pst)
+    n, b, sq, h, d = parts.shape
+    lse_parts = np.ascontiguousarray(lse_parts)
+    if lse_parts.dtype != _F32 or lse_parts.shape != (n, b, h, sq):
+        raise ValueError(f"flashc: lse_parts must be float32 of shape {(n, b, h, sq)}, "
+                         f"got {lse_parts.dtype} {lse_parts.shape}")
+    out = np.empty((b, sq, h, d), odt)
+    lse = np.empty((b, h, sq), np.float32)
+    if POISON:
+        out.fill(np.nan)
+        lse.fill(np.nan)
+    ctx = _lib.get_ctx(_lib.BACKEND_CPU)
+    st = _lib.merge(ctx, m, pp, _np_ptr(lse_parts), _np_ptr(out), _np_ptr(lse), None)
+    if st:
+        _lib.raise_status(ctx, st, "flashc.merge")
+    return out, lse

@@ -82,7 +82,7 @@ class AttnDesc(ctypes.Structure):
 
 
 class KvcacheDesc(ctypes.Structure):
-    """flashc_kvcache_desc (declared by the header; the bindings do not call it yet)."""
+    """flashc_kvcache_desc."""
 
     _fields_ = [
         ("cache_seqlens", _c_vp),
@@ -101,7 +101,7 @@ class KvcacheDesc(ctypes.Structure):
 
 
 class MergeDesc(ctypes.Structure):
-    """flashc_merge_desc (declared by the header; the bindings do not call it yet)."""
+    """flashc_merge_desc."""
 
     _fields_ = [
         ("n_parts", _c_i32),
@@ -241,6 +241,13 @@ fwd = _sig("flashc_fwd", _c_enum, _c_vp, _P_DESC, _c_vp, _c_vp, _c_vp, _c_vp, _c
 # flashc_bwd(ctx, d, q, k, v, o, lse, dout, dq, dk, dv, workspace, workspace_size, stream)
 bwd = _sig("flashc_bwd", _c_enum, _c_vp, _P_DESC, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp,
            _c_vp, ctypes.c_size_t, _c_vp)
+_P_KV = ctypes.POINTER(KvcacheDesc)
+kvcache_workspace_size = _sig("flashc_kvcache_workspace_size", ctypes.c_size_t, _c_vp, _P_DESC, _P_KV)
+# flashc_fwd_kvcache(ctx, d, kv, q, k_cache, v_cache, k_new, v_new, o, lse, workspace, workspace_size, stream)
+fwd_kvcache = _sig("flashc_fwd_kvcache", _c_enum, _c_vp, _P_DESC, _P_KV, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp, _c_vp,
+                   _c_vp, _c_vp, ctypes.c_size_t, _c_vp)
+# flashc_merge(ctx, m, out_parts, lse_parts, out, lse, stream)
+merge = _sig("flashc_merge", _c_enum, _c_vp, ctypes.POINTER(MergeDesc), _c_vp, _c_vp, _c_vp, _c_vp, _c_vp)
 
 
 def check_version(loaded, built=VERSION_NUMBER):

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from . import _lib
-from ._api import POISON, check_1d, check_alibi, geometry, make_desc
+from ._api import POISON, check_1d, check_alibi, geometry, make_desc, merge_desc
 
 _DTYPES = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16, torch.bfloat16: _lib.DTYPE_BF16}
 if hasattr(torch, "float8_e4m3fn"):
@@ -78,10 +78,10 @@ class _Cuda:
             self.close()
             raise
 
-    def workspace(self, size_fn, desc):
+    def workspace(self, size_fn, descs):
         """(pointer, size, owner) of a per-call workspace from torch's caching allocator: ordered on
         the current stream, and private to a CUDA graph while one is being captured."""
-        n = size_fn(self.ctx, desc)
+        n = size_fn(self.ctx, *descs)
         if n == 0:
             return None, 0, None
         buf = torch.empty(n, dtype=torch.uint8, device=self.device)
@@ -93,24 +93,33 @@ class _Cuda:
             self.guard = None
 
 
-def _call(fn, ws_fn, desc, q, ptrs, what):
-    """Run flashc_fwd / flashc_bwd for tensors on q's device."""
+def _call(fn, ws_fn, descs, q, ptrs, what):
+    """Run flashc_fwd / flashc_bwd / flashc_fwd_kvcache (descs: its description structs) for tensors
+    on q's device."""
     dev = q.device
     if dev.type == "cpu":
         ctx = _lib.get_ctx(_lib.BACKEND_CPU)
-        status = fn(ctx, desc, *ptrs, None, 0, None)
+        status = fn(ctx, *descs, *ptrs, None, 0, None)
     elif dev.type == "cuda":
         run = _Cuda(dev)
         try:
             ctx = run.ctx
-            ws, wsz, _keep = run.workspace(ws_fn, desc)
-            status = fn(ctx, desc, *ptrs, ws, wsz, run.stream)
+            ws, wsz, _keep = run.workspace(ws_fn, descs)
+            status = fn(ctx, *descs, *ptrs, ws, wsz, run.stream)
         finally:
             run.close()
     else:
         raise NotImplementedError(f"flashc: tensors on {dev} are not supported (cpu and cuda are)")
     if status:
         _lib.raise_status(ctx, status, what)
+
+
+def _alibi(slopes, q, b, h):
+    """(tensor to keep alive, data pointer, batch stride) of ALiBi slopes (H,) or (B, H), fp32."""
+    _same_device(q, "alibi_slopes", slopes)
+    al = _last_contig(slopes)
+    check_alibi(al.shape, b, h, al.dtype == torch.float32)
+    return al, al.data_ptr(), al.stride(0) if al.dim() == 2 and al.shape[0] > 1 else 0
 
 
 def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k):
@@ -143,11 +152,7 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k):
         usedp = used.data_ptr()
         keep = (keep or []) + [used]
     if alibi_slopes is not None:
-        _same_device(q, "alibi_slopes", alibi_slopes)
-        al = _last_contig(alibi_slopes)
-        check_alibi(al.shape, b, h, al.dtype == torch.float32)
-        alp = al.data_ptr()
-        albs = al.stride(0) if al.dim() == 2 and al.shape[0] > 1 else 0
+        al, alp, albs = _alibi(alibi_slopes, q, b, h)
         keep = (keep or []) + [al]
     return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep
 
@@ -188,7 +193,7 @@ def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_s
         if status:
             _lib.raise_status(ctx, status, "flashc.attention")
     else:
-        _call(_lib.fwd, _lib.fwd_workspace_size, desc, q, ptrs, "flashc.attention")
+        _call(_lib.fwd, _lib.fwd_workspace_size, (desc,), q, ptrs, "flashc.attention")
     return out, lse
 
 
@@ -217,9 +222,154 @@ def bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu
     desc = make_desc(dt, b, sq, sk, h, hkv, d, _st(q, vl), _st(k, vl), _st(v, vl), _st(out, vl), scale, softcap, causal,
                      window_left, window_right, alp, albs, cu_qp, cu_kp, usedp, deterministic, _st(dout, vl),
                      _st(dq, vl), _st(dk, vl), _st(dv, vl))
-    _call(_lib.bwd, _lib.bwd_workspace_size, desc, q,
+    _call(_lib.bwd, _lib.bwd_workspace_size, (desc,), q,
           _ptrs(q, k, v, out, lse, dout, dq, dk, dv),
           "flashc.attention_backward")
+
+
+def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
+                 scale, causal, window_left, window_right, softcap, alibi_slopes, rotary_interleaved, num_splits):
+    """(out, lse) of flashc_fwd_kvcache for torch tensors; appends k_new / v_new into the cache in place.
+
+    q (B, Sq, H, D); k_cache, v_cache (B_cache, S_cache, H_kv, D), or page pools (num_pages, page_size,
+    H_kv, D) with block_table (B, max_pages); k_new, v_new (B, S_new, H_kv, D) or None; cache_seqlens
+    int32 (B,) or None (a full cache); rotary_cos / rotary_sin (S_ro, rotary_dim / 2) or None.
+    """
+    dt = _DTYPES.get(q.dtype)
+    if dt is None:
+        raise ValueError(f"flashc: q.dtype = {q.dtype}: flashc takes float32, float16 and bfloat16 tensors")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k_new), ("v", v_new)):
+        if t is None:
+            continue
+        _same_device(q, name, t)
+        if t.dtype != q.dtype:
+            raise ValueError(f"flashc: {name}.dtype = {t.dtype} but q.dtype = {q.dtype}: they must match")
+        if t.dim() != 4:
+            raise ValueError(f"flashc: {name} has shape {tuple(t.shape)}: expected 4 dims")
+        if name.endswith("cache") and t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"flashc: {name} must have a contiguous last dimension (it is written in place)")
+    if q.dim() != 4:
+        raise ValueError(f"flashc: q has shape {tuple(q.shape)}: expected (batch, seqlen_q, nheads, headdim)")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"flashc: k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
+    if (k_new is None) != (v_new is None):
+        raise ValueError("flashc: k and v must be given together")
+    q = _last_contig(q)
+    B, Sq, H, D = q.shape
+    Hkv = k_cache.shape[2]
+    if k_cache.shape[3] != D:
+        raise ValueError(f"flashc: q has head_dim {D} but k_cache has {k_cache.shape[3]}")
+    paged = (0, 0, 0, 0)
+    keep = []
+    if block_table is not None:
+        bt = _i32(block_table, "block_table", q)
+        if bt.dim() != 2 or bt.shape[0] != B:
+            raise ValueError(f"flashc: block_table has shape {tuple(bt.shape)}: expected (batch = {B}, max_pages)")
+        page_size = k_cache.shape[1]
+        sk = bt.shape[1] * page_size
+        paged = (bt.data_ptr(), bt.stride(0), page_size, k_cache.shape[0])
+        keep.append(bt)
+    else:
+        sk = k_cache.shape[1]
+    new = 0
+    kn_st = vn_st = _NO_ST
+    if k_new is not None:
+        k_new, v_new = _last_contig(k_new), _last_contig(v_new)
+        new = k_new.shape[1]
+        if k_new.shape != (B, new, Hkv, D) or v_new.shape != k_new.shape:
+            raise ValueError(f"flashc: k and v must be (batch = {B}, seqlen_new, nheads_k = {Hkv}, headdim = {D}), "
+                             f"got {tuple(k_new.shape)} and {tuple(v_new.shape)}")
+        kn_st, vn_st = k_new.stride()[:3], v_new.stride()[:3]
+    kv = _lib.KvcacheDesc()
+    kv.seqlen_new = new
+    kv.knew_stride[:] = kn_st
+    kv.vnew_stride[:] = vn_st
+    kv.num_splits = int(num_splits)
+    if cache_seqlens is not None:
+        cs = _i32(cache_seqlens, "cache_seqlens", q)
+        check_1d("cache_seqlens", cs.shape, B, True)
+        kv.cache_seqlens = cs.data_ptr()
+        keep.append(cs)
+    if cache_batch_idx is not None:
+        cbi = _i32(cache_batch_idx, "cache_batch_idx", q)
+        check_1d("cache_batch_idx", cbi.shape, B, True)
+        kv.cache_batch_idx = cbi.data_ptr()
+        keep.append(cbi)
+    if rotary_cos is not None or rotary_sin is not None:
+        if rotary_cos is None or rotary_sin is None:
+            raise ValueError("flashc: rotary_cos and rotary_sin must be given together")
+        cos, sin = (_rotary_table(t, name, q) for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)))
+        if cos.dim() != 2 or sin.shape != cos.shape:
+            raise ValueError(f"flashc: rotary_cos / rotary_sin must be (seqlen_ro, rotary_dim / 2) and match, "
+                             f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
+        kv.rotary_cos, kv.rotary_sin = cos.data_ptr(), sin.data_ptr()
+        kv.rotary_dim = 2 * cos.shape[1]
+        kv.rotary_interleaved = 1 if rotary_interleaved else 0
+        kv.seqlen_ro = cos.shape[0]
+        keep += [cos, sin]
+    alp = albs = 0
+    if alibi_slopes is not None:
+        al, alp, albs = _alibi(alibi_slopes, q, B, H)
+        keep.append(al)
+    out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    lse = q.new_empty((B, H, Sq), dtype=torch.float32)
+    if POISON:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    desc = make_desc(dt, B, Sq, sk, H, Hkv, D, q.stride()[:3], k_cache.stride()[:3], v_cache.stride()[:3],
+                     (Sq * H * D, H * D, D), scale, softcap, causal, window_left, window_right, alp, albs,
+                     paged=paged)
+    ptrs = (q.data_ptr() or _E[0], k_cache.data_ptr() or _E[1], v_cache.data_ptr() or _E[2],
+            k_new.data_ptr() or _E[3] if new else None, v_new.data_ptr() or _E[4] if new else None,
+            out.data_ptr() or _E[5], lse.data_ptr() or _E[6])
+    _call(_lib.fwd_kvcache, _lib.kvcache_workspace_size, (desc, kv), q, ptrs, "flash_attn_with_kvcache")
+    return out, lse
+
+
+def merge_impl(out_parts, lse_parts, out_dtype):
+    """flashc.merge for torch tensors (see there)."""
+    pdt = _DTYPES.get(out_parts.dtype)
+    out_dtype = out_dtype or out_parts.dtype
+    odt = _DTYPES.get(out_dtype)
+    if pdt is None or odt is None:
+        raise ValueError(f"flashc: out_parts is {out_parts.dtype}, out_dtype {out_dtype}: float32, float16 or "
+                         "bfloat16 expected")
+    parts = _last_contig(out_parts)
+    m = merge_desc(tuple(parts.shape), pdt, odt, parts.stride())
+    n, b, s, h, d = parts.shape
+    _same_device(parts, "lse_parts", lse_parts)
+    lse_parts = lse_parts.contiguous()
+    if lse_parts.dtype != torch.float32 or tuple(lse_parts.shape) != (n, b, h, s):
+        raise ValueError(f"flashc: lse_parts must be float32 of shape {(n, b, h, s)}, "
+                         f"got {lse_parts.dtype} {tuple(lse_parts.shape)}")
+    out = parts.new_empty((b, s, h, d), dtype=out_dtype)
+    lse = parts.new_empty((b, h, s), dtype=torch.float32)
+    if POISON:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    ptrs = (parts.data_ptr() or _E[0], lse_parts.data_ptr() or _E[1], out.data_ptr() or _E[2], lse.data_ptr() or _E[3])
+    if parts.device.type == "cpu":
+        ctx = _lib.get_ctx(_lib.BACKEND_CPU)
+        status = _lib.merge(ctx, m, *ptrs, None)
+    else:
+        run = _Cuda(parts.device)
+        try:
+            ctx = run.ctx
+            status = _lib.merge(ctx, m, *ptrs, run.stream)
+        finally:
+            run.close()
+    if status:
+        _lib.raise_status(ctx, status, "flashc.merge")
+    return out, lse
+
+
+_NO_ST = (0, 0, 0)
+
+
+def _rotary_table(t, name, q):
+    """A rotary table on q's device, in q's dtype (what the C call reads), contiguous."""
+    _same_device(q, name, t)
+    return t.to(q.dtype).contiguous()
 
 
 # ------------------------------------------------------------------------------------------------

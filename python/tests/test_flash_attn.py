@@ -232,3 +232,37 @@ def test_with_kvcache(new, rotary, causal, layout):
         row = int(idx[b]) if idx is not None else b
         untouched[row, int(seqlens[b]):int(seqlens[b]) + new] = False
     assert torch.equal(kc[untouched], kc0[untouched]) and torch.equal(vc[untouched], vc0[untouched])
+
+
+@pytest.mark.parametrize("page", [1, 16, 256])
+@pytest.mark.parametrize("new", [0, 3])
+@pytest.mark.parametrize("splits", [0, 1, 3])
+def test_with_kvcache_paged(page, new, splits):
+    """A paged cache (pages scattered through the pool in random order, appends crossing page
+    boundaries) against the fp64 reference on the gathered keys; num_splits forced or chosen."""
+    B, Sq, H, Hkv, D = 3, 1, 4, 2, HD
+    seqlens = torch.tensor([page - 1 if page > 1 else 5, 0, 2 * page + 1], dtype=torch.int32, device=DEV)
+    need = [(int(c) + new + page - 1) // page for c in seqlens]
+    max_pages = max(need) + 1
+    pool = B * max_pages + 2
+    kc, vc = rand(pool, page, Hkv, D), rand(pool, page, Hkv, D)
+    kc0, vc0 = kc.clone(), vc.clone()
+    table = torch.randperm(pool, device=DEV)[:B * max_pages].view(B, max_pages).to(torch.int32)
+    q = rand(B, Sq, H, D)
+    k_new = rand(B, new, Hkv, D) if new else None
+    v_new = rand(B, new, Hkv, D) if new else None
+    out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=seqlens, block_table=table,
+                                          causal=True, num_splits=splits, return_softmax_lse=True)
+    assert out.shape == q.shape and lse.shape == (B, H, Sq)
+    for b in range(B):
+        n = int(seqlens[b]) + new
+        rows = [(int(table[b, j // page]), j % page) for j in range(n)]
+        kb = torch.stack([kc0[p, r] for p, r in rows]) if n else kc0[:0, 0]
+        vb = torch.stack([vc0[p, r] for p, r in rows]) if n else vc0[:0, 0]
+        c = int(seqlens[b])
+        if new:
+            kb[c:], vb[c:] = k_new[b], v_new[b]
+            got_k = torch.stack([kc[p, r] for p, r in rows[c:]])
+            assert torch.equal(got_k, k_new[b]), "the append did not land in the pages of the table"
+        r_out, r_lse = expect(out[b][None], q[b][None], kb[None], vb[None], causal=True)
+        assert (np.isinf(lse[b].double().cpu().numpy()) == ~np.isfinite(r_lse[0])).all()

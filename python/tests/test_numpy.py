@@ -237,3 +237,24 @@ def test_shape_and_dtype_errors():
         flashc.attention(q, q, q, alibi_slopes=np.ones(3, np.float32))
     with pytest.raises(TypeError):
         flashc.attention([1.0], q, q)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_merge_of_key_splits_is_exact(causal):
+    """Attention over disjoint key ranges (one of them empty for some causal rows), merged by
+    flashc.merge, equals attention over all keys: fp32 partials, fp32 out."""
+    B, Sq, Sk, H, D = 2, 5, 23, 3, 16
+    q, k, v = randn((B, Sq, H, D), np.float32), randn((B, Sk, H, D), np.float32), randn((B, Sk, H, D), np.float32)
+    cuts = [0, 7, 8, Sk]
+    outs, lses = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        # query i sees key j <= i + Sk - Sq: in the part's own bottom-right frame that is a window
+        # with right bound Sk - b
+        o, l = flashc.attention(q, k[:, a:b], v[:, a:b], return_lse=True,
+                                window=(-1, Sk - b) if causal else (-1, -1))
+        outs.append(o)
+        lses.append(l)
+    out, lse = flashc.merge(np.stack(outs), np.stack(lses))
+    ref_out, ref_lse = ref_attention(q, k, v, causal=causal)[:2]
+    assert_close("out", out, ref_out)
+    check_lse(lse, ref_lse)

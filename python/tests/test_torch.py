@@ -220,3 +220,25 @@ def test_empty_sequences():
     assert (q.grad == 0).all()
     out, lse = flashc.attention(k, q, q, return_lse=True)
     assert out.shape == (1, 0, 2, 8) and lse.shape == (1, 2, 0)
+
+
+def test_merge_matches_unsplit_attention():
+    """flashc.merge on torch tensors (the device's backend): the merge of two key halves against an
+    fp64 merge of the same partials, and (fp32 on the CPU) against one call over all keys."""
+    dev = "cuda" if CUDA else "cpu"
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    q = torch.randn(2, 4, 3, 64, device=dev, dtype=dt)
+    k, v = torch.randn(2, 40, 3, 64, device=dev, dtype=dt), torch.randn(2, 40, 3, 64, device=dev, dtype=dt)
+    parts = [flashc.attention(q, k[:, a:b], v[:, a:b], return_lse=True) for a, b in ((0, 13), (13, 40))]
+    o_parts, l_parts = torch.stack([p[0].float() for p in parts]), torch.stack([p[1] for p in parts])
+    out, lse = flashc.merge(o_parts, l_parts, out_dtype=dt)
+    assert out.dtype == dt and out.shape == q.shape and lse.shape == (2, 3, 4)
+    l64 = l_parts.double()
+    L = torch.logsumexp(l64, dim=0)
+    w = torch.exp(l64 - L).permute(0, 1, 3, 2)[..., None]  # (n, B, S, H, 1)
+    r = (w * o_parts.double()).sum(0)
+    err = (out.double() - r).abs().max().item()
+    assert err <= (1e-6 if dt == torch.float32 else 2 ** -8) * (1 + r.abs().max().item()), err
+    assert (lse.double() - L).abs().max().item() <= 1e-5 * (1 + L.abs().max().item())
+    if dt == torch.float32:
+        expect(out, q, k, v)

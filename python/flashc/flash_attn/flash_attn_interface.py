@@ -3,16 +3,16 @@
 Same functions, argument names, defaults and return conventions as flash-attn 2.8
 (flash_attn/flash_attn_interface.py), so code written for flash-attn runs unchanged, on CUDA and
 on the CPU. What flashc does not do raises NotImplementedError instead of being ignored:
-dropout_p > 0, and a paged KV cache (block_table).
+dropout_p > 0, a paged KV cache in the varlen functions (block_table; flash_attn_with_kvcache takes
+one, of any page size), and cache_leftpad together with block_table.
 
 Return conventions (as flash-attn): out; with return_attn_probs=True, (out, softmax_lse, S_dmask)
 where S_dmask is an empty tensor, which is what flash-attn returns when dropout_p == 0.
 flash_attn_with_kvcache returns out, or (out, softmax_lse) with return_softmax_lse=True.
 
-flash_attn_with_kvcache is the interim path until libflashc's own KV-cache entry point is wired
-in: the append (and rotary) happen in torch, in place, then one flashc attention call reads the
-cache through seqused_k (varlen offsets when cache_leftpad is given), bottom-right aligned. It is
-exact; it is not the split-KV decode kernel.
+flash_attn_with_kvcache is libflashc's flashc_fwd_kvcache: append, rotary, paged caches and the
+split-KV decode kernel in C. Only cache_leftpad, which the C API does not have, takes a torch path:
+the append and rotary in torch, then one varlen flashc attention call over the cache.
 """
 from typing import Optional, Union
 
@@ -173,7 +173,7 @@ def flash_attn_varlen_func(
 
 
 # ------------------------------------------------------------------------------------------------
-# KV cache (interim: append and rotary in torch, attention in flashc)
+# KV cache
 
 
 def _rotate(x, cos, sin, pos, interleaved):
@@ -220,10 +220,24 @@ def flash_attn_with_kvcache(
     cache at cache_seqlens (rotary applied to k first when rotary_cos / rotary_sin are given; q is
     rotated at cache_seqlens + i when causal or windowed, at cache_seqlens otherwise). Sequence b then
     attends to cache rows cache_leftpad[b] .. cache_seqlens[b] + seqlen_new - 1 of cache row
-    cache_batch_idx[b]. num_splits is a performance knob and is ignored. No backward (as flash-attn).
+    cache_batch_idx[b] (or through block_table when the cache is paged: k_cache, v_cache are then
+    (num_blocks, page_block_size, nheads_k, headdim), any page size). num_splits forces the split-KV
+    count (0: chosen by flashc). No backward (as flash-attn).
     Returns out, or (out, softmax_lse (batch, nheads, seqlen_q)) with return_softmax_lse=True.
     """
-    _no_paging(block_table)
+    if cache_leftpad is None:
+        if isinstance(cache_seqlens, int):
+            cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+        if softmax_scale is None:
+            softmax_scale = q.shape[-1] ** (-0.5)
+        out, lse = _torch.kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                       cache_batch_idx, block_table, softmax_scale, causal, window_size[0],
+                                       window_size[1], softcap, alibi_slopes, rotary_interleaved, num_splits)
+        return (out, lse) if return_softmax_lse else out
+    # cache_leftpad (each sequence starts at its own cache row) is not in the C API: append and rotary
+    # in torch, then one varlen attention call over the cache
+    if block_table is not None:
+        raise NotImplementedError("flashc: cache_leftpad together with a paged KV cache (block_table) is not supported")
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("flashc: k_cache and v_cache must have a contiguous last dimension")
     if (k is None) != (v is None):
@@ -261,22 +275,17 @@ def flash_attn_with_kvcache(
         kc = k_cache[rows] if rows is not None else (k_cache if Bc == B else k_cache[:B])
         vc = v_cache[rows] if rows is not None else (v_cache if Bc == B else v_cache[:B])
         used = seqlens + new
-        if cache_leftpad is None:
-            out, lse = _torch.attention(q, kc, vc, causal=causal, scale=softmax_scale, softcap=softcap,
-                                        window=window_size, alibi_slopes=alibi_slopes, seqused_k=used,
-                                        return_lse=True)
-        else:
-            # sequence b starts at cache row leftpad[b]: varlen offsets into the flattened cache, each
-            # capped by seqused_k before the next sequence's rows begin
-            lp = cache_leftpad.to(device=dev, dtype=torch.int32)
-            kc, vc = kc.reshape(B * Sc, Hkv, D), vc.reshape(B * Sc, Hkv, D)
-            starts = torch.arange(B, device=dev, dtype=torch.int32) * Sc + lp
-            cu_k = torch.cat((starts, torch.tensor([B * Sc], dtype=torch.int32, device=dev)))
-            cu_q = torch.arange(B + 1, device=dev, dtype=torch.int32) * Sq
-            out, lse = _torch.attention(q.reshape(B * Sq, H, D), kc, vc, causal=causal, scale=softmax_scale,
-                                        softcap=softcap, window=window_size, alibi_slopes=alibi_slopes,
-                                        cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=Sq,
-                                        max_seqlen_k=_torch.max_len(cu_k), seqused_k=used - lp, return_lse=True)
-            out = out.view(B, Sq, H, D)
-            lse = lse.view(H, B, Sq).transpose(0, 1).contiguous()
+        # sequence b starts at cache row leftpad[b]: varlen offsets into the flattened cache, each
+        # capped by seqused_k before the next sequence's rows begin
+        lp = cache_leftpad.to(device=dev, dtype=torch.int32)
+        kc, vc = kc.reshape(B * Sc, Hkv, D), vc.reshape(B * Sc, Hkv, D)
+        starts = torch.arange(B, device=dev, dtype=torch.int32) * Sc + lp
+        cu_k = torch.cat((starts, torch.tensor([B * Sc], dtype=torch.int32, device=dev)))
+        cu_q = torch.arange(B + 1, device=dev, dtype=torch.int32) * Sq
+        out, lse = _torch.attention(q.reshape(B * Sq, H, D), kc, vc, causal=causal, scale=softmax_scale,
+                                    softcap=softcap, window=window_size, alibi_slopes=alibi_slopes,
+                                    cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=Sq,
+                                    max_seqlen_k=_torch.max_len(cu_k), seqused_k=used - lp, return_lse=True)
+        out = out.view(B, Sq, H, D)
+        lse = lse.view(H, B, Sq).transpose(0, 1).contiguous()
     return (out, lse) if return_softmax_lse else out
