@@ -111,7 +111,7 @@ def _worker(rank, world, dev, init_file, result_dir):
     torch.set_num_threads(1)  # N workers share the machine's cores
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks on this machine: no hostname lookup
     if dev == "cuda":
-        torch.cuda.set_device(0)
+        torch.cuda.set_device(rank % torch.cuda.device_count())  # one GPU per rank where there are enough
     dist.init_process_group("nccl" if dev == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=180))
     try:
@@ -150,6 +150,16 @@ def test_ring_gloo_cpu(world, tmp_path):
 def test_ring_nccl_cuda_world1(tmp_path):
     res = _spawn(1, "cuda", tmp_path)
     assert len(res) == len(CUDA_CASES)
+
+
+@pytest.mark.skipif(not CUDA, reason=CUDA_WHY)
+def test_ring_nccl_cuda_all_gpus(tmp_path):
+    """One rank per GPU, NCCL, on machines with several GPUs."""
+    world = torch.cuda.device_count()
+    if world < 2:
+        pytest.skip(f"{world} GPU here: the multi-GPU NCCL ring needs 2 or more")
+    res = _spawn(world, "cuda", tmp_path)
+    assert len(res) == world * len(CUDA_CASES)
 
 
 def test_shard_unshard_roundtrip():

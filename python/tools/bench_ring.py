@@ -13,7 +13,8 @@ rank's share of the FLOPs: 4 B H S^2 D / N, halved for causal, backward 2.5x).
 Defaults are DESIGN.md section 3's training shapes on CUDA (bf16, hidden 2048, head_dim 128,
 batch x seqlen = 16k) and a tiny fp32 shape on the CPU (a smoke run, not a measurement). Median of
 --repeats timed runs after warm-up, CUDA events on the GPU. JSON lines on stdout (and --out),
-rank 0 only. Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE when benchmarking on the CPU.
+rank 0 only; ms is the slowest rank's median, rank_ms every rank's, imbalance = slowest / fastest - 1.
+Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE when benchmarking on the CPU.
 """
 import argparse
 import json
@@ -33,8 +34,8 @@ import flashc  # noqa: E402
 from flashc.distributed import ring_attention, shard  # noqa: E402
 
 
-def timed(fn, repeats, cuda):
-    for _ in range(3):
+def timed(fn, repeats, cuda, warmup=3):
+    for _ in range(warmup):
         fn()
     ts = []
     for _ in range(repeats):
@@ -62,6 +63,10 @@ def main():
     ap.add_argument("--hidden", type=int, default=None, help="heads x head_dim (default 2048 on cuda, 128 on cpu)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--masks", default="both", choices=("both", "causal", "none"))
+    ap.add_argument("--skip-plain", action="store_true",
+                    help="with several ranks, time only the ring (the plain single-GPU call comes from a world-1 run)")
     a = ap.parse_args()
     cuda = a.device == "cuda"
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype or ("bf16" if cuda else "f32")]
@@ -91,7 +96,7 @@ def main():
         do = do.detach()
         ql, kl, vl, dol = (shard(t.detach(), rank, world).contiguous().requires_grad_(True) for t in (q, k, v, do))
         dol = dol.detach()
-        for causal in (False, True):
+        for causal in {"both": (False, True), "causal": (True,), "none": (False,)}[a.masks]:
             fl = 4 * B * H * S * S * D / (2 if causal else 1)
             runs = {
                 ("flashc", "fwd"): lambda: flashc.attention(q, k, v, causal=causal),
@@ -100,14 +105,21 @@ def main():
                 ("flashc_ring", "bwd"): lambda: ring_attention(ql, kl, vl, causal=causal).backward(dol),
             }
             for (impl, direction), fn in runs.items():
+                if impl == "flashc" and a.skip_plain and world > 1:
+                    continue
                 with torch.set_grad_enabled(direction == "bwd"):
-                    ms = timed(fn, repeats, cuda)
+                    ms = timed(fn, repeats, cuda, a.warmup)
+                # every rank's median: the slowest rank sets the step time, the spread is the balance
+                all_ms = [None] * world
+                dist.all_gather_object(all_ms, ms)
+                ms = max(all_ms)
                 share = 1 if impl == "flashc" else world
                 work = fl / share * (3.5 if direction == "bwd" else 1.0)   # "bwd" times forward + backward
                 lines.append({"impl": impl, "backend": a.device, "device": name, "dtype": {torch.bfloat16: "bf16",
                               torch.float16: "f16", torch.float32: "f32"}[dt], "direction": direction,
                               "batch": B, "heads": H, "heads_kv": H, "seqlen_q": S, "seqlen_k": S, "head_dim": D,
-                              "causal": causal, "world": world, "ms": ms,
+                              "causal": causal, "world": world, "ms": ms, "rank_ms": all_ms,
+                              "imbalance": max(all_ms) / min(all_ms) - 1,
                               "tflops" if cuda else "gflops": work / ms / (1e9 if cuda else 1e6),
                               "note": "bwd is forward + backward"})
                 if rank == 0:
