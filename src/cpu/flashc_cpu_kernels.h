@@ -89,10 +89,8 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         if (!(max_lo <= j0 && j0 + nk <= min_hi)) tile_mask_kq(t.ST, nk, j0, t.lo, t.hi, nq); // boundary block
         tile_rowmax(m_new, t.m_use, t.ST, m_old, nk); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
         tile_alpha(t.alpha, m_old, t.m_use);          // alpha = 2^(m_i^{j-1} - m_i^j)
-        tile_exp_sub(t.ST, t.m_use, nk);              // P_ij = 2^(S_ij - m_i^j)
-        tile_rowsum_acc(t.l, t.ST, t.alpha, nk);      // l_i = alpha l_i + rowsum(P_ij)
-        tile_rescale(t.OT, t.alpha, D);               // O_i = diag(alpha) O_i ...
-        tile_pv_acc(t.OT, t.ST, t.V, ld, nk, D);      //       ... + P_ij V_j
+        tile_exp_rowsum(t.ST, t.l, t.m_use, t.alpha, nk); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
+        tile_pv_acc(t.OT, t.alpha, t.ST, t.V, ld, nk, D); // O_i = diag(alpha) O_i + P_ij V_j
         float *swap = m_old;
         m_old = m_new;
         m_new = swap;

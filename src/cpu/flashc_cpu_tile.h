@@ -50,15 +50,22 @@
 // ------------------------------------------------------------------------------------------------
 // the microkernel
 
-// C[0:MR][0:NV*W] (= or +=) sum_k A(m, k) * B[k][0:NV*W], A(m, k) = A[m * a_rs + k * a_cs].
+// C[0:MR][0:NV*W] (= or +=) sum_k A(m, k) * B[k][0:NV*W], A(m, k) = A[m * a_rs + k * a_cs];
+// with col_scale != NULL the old C is first scaled by column: C[m][n] * col_scale[n] (the forward's
+// O_i = diag(alpha) O_i + P_ij V_j in one pass over O_i^T, whose columns are the query rows).
 // MR and NV are constants at every call, so the loops unroll and acc lives in registers.
 FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc, const float *restrict A,
                                   int64_t a_rs, int64_t a_cs, const float *restrict B, int64_t ldb, int64_t K,
-                                  int accumulate) {
+                                  int accumulate, const float *restrict col_scale) {
     FLASHC_VF32 acc[MM_MR_MAX][MM_NV_MAX];
     for (int m = 0; m < MR; m++)
         for (int v = 0; v < NV; v++)
             acc[m][v] = accumulate ? FLASHC_VF32_LOAD(C + m * ldc + v * W) : FLASHC_VF32_ZERO();
+    if (col_scale)
+        for (int v = 0; v < NV; v++) {
+            FLASHC_VF32 cs = FLASHC_VF32_LOAD(col_scale + v * W);
+            for (int m = 0; m < MR; m++) acc[m][v] = FLASHC_VF32_MUL(acc[m][v], cs);
+        }
     for (int64_t k = 0; k < K; k++) {
         const float *b = B + k * ldb, *a = A + k * a_cs;
         FLASHC_VF32 bv[MM_NV_MAX];
@@ -77,21 +84,21 @@ FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc
 // streams; leftover rows of M take 4-, 2- and 1-row blocks.
 FLASHC_FORCE_INLINE void tile_mm(int MR, int NV, float *restrict C, int64_t ldc, const float *restrict A,
                                  int64_t a_rs, int64_t a_cs, const float *restrict B, int64_t ldb, int64_t M,
-                                 int64_t N, int64_t K, int accumulate) {
+                                 int64_t N, int64_t K, int accumulate, const float *restrict col_scale) {
     for (int64_t n0 = 0; n0 < N; n0 += NV * W) {
         float *c = C + n0;
-        const float *b = B + n0;
+        const float *b = B + n0, *cs = col_scale ? col_scale + n0 : NULL;
         int64_t m0 = 0;
         for (; m0 + MR <= M; m0 += MR)
-            mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+            mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
         if (MR > 4)
             for (; m0 + 4 <= M; m0 += 4)
-                mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+                mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
         if (m0 + 2 <= M) {
-            mm_block(2, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+            mm_block(2, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
             m0 += 2;
         }
-        if (m0 < M) mm_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate);
+        if (m0 < M) mm_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
     }
 }
 
@@ -174,7 +181,7 @@ static void tile_softcap(float *restrict S, float *restrict T, int64_t n, float 
 // S_ij^T = K_j Q_i^T  (Alg. 1 line 8; Q_i carries scale * log2 e). K_j: nk rows, row stride k_rs.
 static void tile_qkT(float *restrict S_T, const float *restrict K_j, int64_t k_rs, const float *restrict Q_iT,
                      int64_t nk, int64_t D) {
-    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, BRF, D, 0);
+    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, BRF, D, 0, NULL);
 }
 
 // S_ij^T[c][r] -= slope2 * |i0 + r + sk - sq - (j0 + c)|  (ALiBi, slope2 = slope * log2 e)
@@ -216,41 +223,27 @@ static void tile_alpha(float *restrict alpha, const float *m_old, const float *m
                           flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(m_old + r), FLASHC_VF32_LOAD(m_use + r))));
 }
 
-// P_ij = 2^(S_ij - m_use), in place  (Alg. 1 line 9)
-static void tile_exp_sub(float *restrict S_T, const float *restrict m_use, int64_t nk) {
+// P_ij = 2^(S_ij - m_use), in place, and l_i = alpha * l_i + rowsum(P_ij)  (Alg. 1 line 9), in
+// one pass over the tile
+static void tile_exp_rowsum(float *restrict S_T, float *restrict l, const float *restrict m_use,
+                            const float *restrict alpha, int64_t nk) {
     for (int r = 0; r < BRF; r += W) {
-        FLASHC_VF32 mu = FLASHC_VF32_LOAD(m_use + r);
+        FLASHC_VF32 mu = FLASHC_VF32_LOAD(m_use + r), sum = FLASHC_VF32_ZERO();
         for (int64_t c = 0; c < nk; c++) {
             float *s = S_T + c * BRF + r;
-            FLASHC_VF32_STORE(s, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s), mu)));
+            FLASHC_VF32 e = flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s), mu));
+            FLASHC_VF32_STORE(s, e);
+            sum = FLASHC_VF32_ADD(sum, e);
         }
-    }
-}
-
-// l_i = alpha * l_i + rowsum(P_ij)  (Alg. 1 line 9)
-static void tile_rowsum_acc(float *restrict l, const float *restrict P_T, const float *restrict alpha, int64_t nk) {
-    for (int r = 0; r < BRF; r += W) {
-        FLASHC_VF32 sum = FLASHC_VF32_ZERO();
-        for (int64_t c = 0; c < nk; c++) sum = FLASHC_VF32_ADD(sum, FLASHC_VF32_LOAD(P_T + c * BRF + r));
         FLASHC_VF32_STORE(l + r, FLASHC_VF32_FMA(FLASHC_VF32_LOAD(alpha + r), FLASHC_VF32_LOAD(l + r), sum));
     }
 }
 
-// O_i = diag(alpha) O_i  (Alg. 1 line 10, first term); O_i^T is D x queries
-static void tile_rescale(float *restrict O_T, const float *restrict alpha, int64_t D) {
-    for (int r = 0; r < BRF; r += W) {
-        FLASHC_VF32 a = FLASHC_VF32_LOAD(alpha + r);
-        for (int64_t d = 0; d < D; d++) {
-            float *o = O_T + d * BRF + r;
-            FLASHC_VF32_STORE(o, FLASHC_VF32_MUL(a, FLASHC_VF32_LOAD(o)));
-        }
-    }
-}
-
-// O_i += P_ij V_j, as O_i^T += V_j^T P_ij^T  (Alg. 1 line 10, second term). V_j: nk rows, stride v_rs.
-static void tile_pv_acc(float *restrict O_T, const float *restrict P_T, const float *restrict V_j, int64_t v_rs,
-                        int64_t nk, int64_t D) {
-    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, BRF, nk, 1);
+// O_i = diag(alpha) O_i + P_ij V_j, as O_i^T = O_i^T diag(alpha) + V_j^T P_ij^T  (Alg. 1 line 10),
+// in one pass over O_i^T. V_j: nk rows, stride v_rs.
+static void tile_pv_acc(float *restrict O_T, const float *restrict alpha, const float *restrict P_T,
+                        const float *restrict V_j, int64_t v_rs, int64_t nk, int64_t D) {
+    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, BRF, nk, 1, alpha);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -261,7 +254,7 @@ static void tile_pv_acc(float *restrict O_T, const float *restrict P_T, const fl
 // S_ij = Q_i K_j^T  (Alg. 2 line 11; K_j^T carries the scale). Q_i: nq rows, stride q_rs.
 static void tile_qkT_rows(float *restrict S, const float *restrict Q_i, int64_t q_rs, const float *restrict K_jT,
                           int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, BCB, D, 0);
+    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, BCB, D, 0, NULL);
 }
 
 // S_ij[r][c] -= slope2 * |i0 + r + sk - sq - (j0 + c)|
@@ -296,13 +289,13 @@ static void tile_exp_sub_lse(float *restrict S, const float *restrict L2, int64_
 // dV_j += P_ij^T dO_i, as dV_j^T += dO_i^T P_ij  (Alg. 2 line 16). dO_i: nq rows, stride do_rs.
 static void tile_dv_acc(float *restrict dV_jT, const float *restrict dO_i, int64_t do_rs, const float *restrict P,
                         int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, BCB, nq, 1);
+    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, BCB, nq, 1, NULL);
 }
 
 // dP_ij = dO_i V_j^T  (Alg. 2 line 17)
 static void tile_dP(float *restrict dP, const float *restrict dO_i, int64_t do_rs, const float *restrict V_jT,
                     int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, BCB, D, 0);
+    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, BCB, D, 0, NULL);
 }
 
 // dS_ij = P_ij o (dP_ij - D_i), in place over dP  (Alg. 2 line 19); with softcap also
@@ -328,13 +321,13 @@ static void tile_ds(float *restrict dP, const float *restrict P, const float *re
 // dK_j += dS_ij^T Q_i, as dK_j^T += Q_i^T dS_ij  (Alg. 2 line 21; the scale is applied at the store)
 static void tile_dk_acc(float *restrict dK_jT, const float *restrict Q_i, int64_t q_rs, const float *restrict dS,
                         int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, BCB, nq, 1);
+    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, BCB, nq, 1, NULL);
 }
 
 // dQ_i += dS_ij K_j  (Alg. 2 line 20; K_j carries the scale). dQ_i: nq rows of Dp, stride dq_ld.
 static void tile_dq_acc(float *restrict dQ_i, int64_t dq_ld, const float *restrict dS, const float *restrict K_j,
                         int64_t Dp, int64_t nq, int64_t nk) {
-    tile_mm(BWD_MR, BWD_NV, dQ_i, dq_ld, dS, BCB, 1, K_j, Dp, nq, Dp, nk, 1);
+    tile_mm(BWD_MR, BWD_NV, dQ_i, dq_ld, dS, BCB, 1, K_j, Dp, nq, Dp, nk, 1, NULL);
 }
 
 #endif // FLASHC_CPU_TILE_H
