@@ -224,7 +224,10 @@ FLASHC_API flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d,
  * Rows that see no key produce out = 0, lse = +inf. The append happens in place, before the attention. */
 typedef struct flashc_kvcache_desc {
     const int32_t *cache_seqlens;   /* int32 (batch): tokens in the cache before the append; NULL => seqlen_k */
-    const int32_t *cache_batch_idx; /* int32 (batch): cache row of sequence b; NULL => b (not with paging) */
+    const int32_t *cache_batch_idx; /* int32 (batch): cache row of sequence b; NULL => b (not with paging).
+                                     * Checked >= 0 only: the desc has no count of cache rows, so the
+                                     * caller keeps each < the cache's batch dimension, and appends
+                                     * through two sequences that name one row race. */
     int32_t seqlen_new;             /* tokens in k_new / v_new per sequence; 0 => no append */
     int64_t knew_stride[3], vnew_stride[3]; /* (batch, seqlen_new, heads_kv, head_dim); zero => contiguous */
 
@@ -237,7 +240,9 @@ typedef struct flashc_kvcache_desc {
     int32_t rotary_interleaved;     /* 0 or 1 */
     int32_t seqlen_ro;              /* rows of cos / sin; every rotated position must be < seqlen_ro */
 
-    int32_t num_splits;             /* split-KV (flash-decoding): 0 => chosen by the library, 1 => none */
+    int32_t num_splits;             /* split-KV (flash-decoding): 0 => chosen by the library, 1 => none,
+                                     * n <= 1024 forces n (each split adds an fp32 partial of
+                                     * (batch, seqlen_q, heads, head_dim) to the workspace) */
     int64_t reserved[16];           /* must be zero */
 } flashc_kvcache_desc;
 
