@@ -221,7 +221,7 @@ def run_shape(fc, D, S, causal, device, emit, log):
 DEC_H, DEC_HKV, DEC_D = 32, 8, 128
 
 
-def run_decode(fc, B, Sk, Sq, device, emit, log, sweep=False):
+def run_decode(fc, B, Sk, Sq, device, emit, log):
     H, Hkv, D = DEC_H, DEC_HKV, DEC_D
     kv_bytes = 2 * B * Sk * Hkv * D * 2  # K and V, bf16
     n_rot = max(1, min(8, -(-512_000_000 // kv_bytes)))  # copies, so that L2 never holds the cache
@@ -258,12 +258,14 @@ def run_decode(fc, B, Sk, Sq, device, emit, log, sweep=False):
     def flashc_paged():
         fc.kvcache(dp, kv, q, kp, vp, None, None, o, lse)
 
-    def flashc_regs():  # the register kernel (lab A/B, FLASHC_DECODE_ASYNC=0)
-        os.environ["FLASHC_DECODE_ASYNC"] = "0"
-        try:
-            flashc_contig()
-        finally:
-            del os.environ["FLASHC_DECODE_ASYNC"]
+    def pipe(n):  # another way K/V reach the registers (lab A/B, FLASHC_DECODE_PIPE; see flashc_cuda_decode.cu)
+        def f():
+            os.environ["FLASHC_DECODE_PIPE"] = str(n)
+            try:
+                flashc_contig()
+            finally:
+                del os.environ["FLASHC_DECODE_PIPE"]
+        return f
 
     # the real decode step: cache_seqlens given (Sk - 1 tokens), one token appended (in place into
     # copy 0 of the cache, at the last row every time)
@@ -300,7 +302,7 @@ def run_decode(fc, B, Sk, Sq, device, emit, log, sweep=False):
     del ref
     res = {}
     impls = [("flashc", flashc_contig), ("flashc_paged16", flashc_paged), ("flashc_append", flashc_append),
-             ("flashc_regs", flashc_regs),
+             ("flashc_pipe0", pipe(0)), ("flashc_pipe1", pipe(1)), ("flashc_pipe3", pipe(3)),
              ("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
     for name, fn in impls:
         try:
@@ -318,15 +320,6 @@ def run_decode(fc, B, Sk, Sq, device, emit, log, sweep=False):
         emit(rec)
     log(f"B={B:3d} Sk={Sk:6d} Sq={Sq}  max|o - o_fp32| contiguous {e_c:.3g}, paged {e_p:.3g}  " +
         "  ".join(f"{n} {res[n] * 1e3:.1f}us" for n in res))
-    if sweep:  # forced split counts against the automatic choice (flashc_kvcache_desc.num_splits)
-        line = []
-        for ns in (1, 2, 4, 8, 16, 32, 64, 128):
-            kv.num_splits = ns
-            ms = time_ms(flashc_contig, 30)
-            line.append(f"{ns}: {kv_bytes / (ms * 1e-3) / 1e9:.0f}")
-            emit(dict(impl=f"flashc_splits{ns}", ms=round(ms, 5), gbps=round(kv_bytes / (ms * 1e-3) / 1e9, 1), **base))
-        kv.num_splits = 0
-        log(f"  num_splits sweep, GB/s: " + ", ".join(line))
     del ks, vs, kp, vp
     return res, kv_bytes
 
@@ -337,19 +330,20 @@ def main_decode(fc, device, cgb, emit, log, quick):
         shapes = [(1, 16384, 1), (16, 16384, 1), (16, 65536, 1), (64, 16384, 1)]
     table = []
     for B, Sk, Sq in shapes:
-        res, nb = run_decode(fc, B, Sk, Sq, device, emit, log, sweep=Sq == 1 and Sk == 16384 and B in (1, 16))
+        res, nb = run_decode(fc, B, Sk, Sq, device, emit, log)
         table.append((B, Sk, Sq, res, nb))
         torch.cuda.empty_cache()
     print(f"\ndecode GB/s of K+V read (bf16, GQA 32/8, d 128); copy ceiling {cgb:.0f} GB/s (read + write)")
-    names = ("flashc", "flashc_paged16", "flashc_append", "flashc_regs", "sdpa_flash", "sdpa_cudnn")
-    print(f"{'B':>3} {'Sk':>6} {'Sq':>2} | " + " ".join(f"{n:>14}" for n in names) +
+    names = ("flashc", "flashc_paged16", "flashc_append", "flashc_pipe0", "flashc_pipe1", "flashc_pipe3", "sdpa_flash",
+             "sdpa_cudnn")
+    print(f"{'B':>3} {'Sk':>6} {'Sq':>2} | " + " ".join(f"{n[-8:]:>8}" for n in names) +
           f" | {'x flash':>7} {'x cudnn':>7} {'% copy':>6} {'paged/c':>7}")
     miss = []
     for B, Sk, Sq, res, nb in table:
         gb = {n: nb / (res[n] * 1e-3) / 1e9 if n in res else float("nan") for n in names}
         xf, xc = gb["flashc"] / gb["sdpa_flash"], gb["flashc"] / gb["sdpa_cudnn"]
         pc, pg = gb["flashc"] / cgb, gb["flashc_paged16"] / gb["flashc"]
-        print(f"{B:3d} {Sk:6d} {Sq:2d} | " + " ".join(f"{gb[n]:14.0f}" for n in names) +
+        print(f"{B:3d} {Sk:6d} {Sq:2d} | " + " ".join(f"{gb[n]:8.0f}" for n in names) +
               f" | {xf:7.2f} {xc:7.2f} {100 * pc:5.0f}% {pg:7.2f}")
         if Sq == 1 and B >= 16 and Sk >= 16384 and not (xc >= 1.0 and pc >= 0.9):
             miss.append(f"B={B} Sk={Sk}: x cudnn {xc:.2f}, {100 * pc:.0f}% of copy")

@@ -4,10 +4,12 @@
 // through flashc_cuda_decode.h and turns their cudaError_t into a status.
 //
 // Decode reads every K and V byte once and does ~2 FLOP per byte per query row: it is bound by
-// HBM bandwidth, not by math. So the kernel runs on the CUDA cores (no mma), keeps all the query
+// HBM bandwidth, not by math. So the kernel runs on the CUDA cores (no mma) and keeps all the query
 // rows of one KV group together (GQA packing: K_j and V_j are read once for the group's
-// `group` heads x seqlen_q rows), and spends its effort on bytes in flight: 16-byte loads, every
-// lane of a CTA loading its K and V rows for a whole tile before any math, many CTAs per SM.
+// `group` heads x seqlen_q rows). What decides the speed is the instruction count per key (the
+// issue slots at 4.5 TB/s are ~120 warp instructions per 512-byte key row per SM; a first version
+// with a runtime-indexed reduce and 64-bit address math per load spent ~150 and reached 2.4 TB/s)
+// and the bytes in flight (16-byte loads issued a step ahead, several CTAs per SM).
 //
 // Work decomposition. One CTA = (batch b, kv head hk, chunk of ROWS packed query rows, split s).
 // Packed row r of a kv group is query position i = r / group, head hk * group + r % group. Inside a
@@ -75,6 +77,7 @@ typedef struct flashc_decode_params {
     int64_t alibi_bs;
     int window_left, window_right;   // -1 = unbounded
     int kv_vec;                      // K / V allow 16-byte loads (pointers and strides)
+    int k_bs32, k_rs32, v_bs32, v_rs32; // the same strides as int32 (fast paths: every K / V stride < 2^31)
 } flashc_decode_params;
 
 // flashc_merge: parts (n_parts, B, S, H, D) with strides ps, out (B, S, H, D) with strides os.
@@ -216,6 +219,31 @@ __global__ void flashc_decode_append_kernel(const flashc_decode_params p) {
 // ------------------------------------------------------------------------------------------------
 // 2. split-KV attention over the cache
 
+// One level of the transpose-reduce of N partial sums over a key group's TPK lanes: with lane offset
+// O, the lane whose bit O is set keeps the upper half of its NH * 2 values and sends the lower half
+// (the partner the opposite), then adds what it receives; the next level halves again. After all
+// levels lane g holds the sums of values g * C .. g * C + C - 1. Templates so that every index is a
+// constant (a runtime loop here put the values in local memory).
+template <int O, int NH>
+struct transpose_reduce {
+    static __device__ __forceinline__ void run(float *s, int lg) {
+        const uint32_t up = (lg & O) ? 0xffffffffu : 0u; // a lane-dependent select as bit ops (LOP3), not a branch
+#pragma unroll
+        for (int x = 0; x < NH; x++) {
+            const uint32_t lo = __float_as_uint(s[x]), hi = __float_as_uint(s[x + NH]);
+            const float send = __uint_as_float((lo & up) | (hi & ~up));
+            const float keep = __uint_as_float((hi & up) | (lo & ~up));
+            s[x] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        transpose_reduce<O / 2, NH / 2>::run(s, lg);
+    }
+};
+
+template <int NH>
+struct transpose_reduce<0, NH> {
+    static __device__ __forceinline__ void run(float *, int) {}
+};
+
 template <typename T, int DP, int ROWS>
 struct dec_shape {
     static constexpr int TPK = DP / 8 < 16 ? DP / 8 : 16; // lanes per key row
@@ -228,7 +256,6 @@ struct dec_shape {
     static constexpr int C = N / TPK;                     // scores a lane holds after the reduce
     static constexpr int LPR = KPG / C;                   // lanes holding one row's scores
     static constexpr int TILE = NG * KPG;                 // keys per CTA step
-    static constexpr int LOG_TPK = TPK == 8 ? 3 : 4;
     static_assert(C >= 1 && KPG % C == 0 && N % TPK == 0, "decode tile shape");
 };
 
@@ -252,46 +279,79 @@ static __device__ __forceinline__ void load_kv(const flashc_decode_params &p, co
     }
 }
 
-// The same slice through cp.async into this thread's own shared-memory slots of a pipeline stage
-// (zero-filled past ke). Each thread later reads only what it copied itself, so cp.async.wait_group
-// alone orders the copy and the read: no barrier in the main loop.
+// Fast paths (PIPE >= 1; 16-byte aligned K / V, strides < 2^31): element offsets of key j's K and
+// V rows (head 0), j clamped to ke - 1 so every address is a real cache row (its scores are masked
+// to -inf, so it contributes P = 0); two 32x32->64 multiplies per tensor, no branch.
+static __device__ __forceinline__ void key_offsets(const flashc_decode_params &p, const int32_t *bt_b, int unit_b,
+                                                   int j, int ke, int64_t *ko, int64_t *vo) {
+    const int jj = min(j, ke - 1);
+    int unit = unit_b, row = jj;
+    if (bt_b) {
+        const uint32_t pg = (__umulhi((uint32_t)jj, p.page_magic) + (uint32_t)jj) >> p.page_shift;
+        row = jj - (int)pg * p.page_size;
+        unit = __ldg(bt_b + pg);
+        unit = unit < 0 ? 0 : unit >= p.num_pages ? p.num_pages - 1 : unit;
+    }
+    *ko = (int64_t)unit * p.k_bs32 + (int64_t)row * p.k_rs32;
+    *vo = (int64_t)unit * p.v_bs32 + (int64_t)row * p.v_rs32;
+}
+
 template <int KPG, int NV, int TPK>
-static __device__ __forceinline__ void issue_kv(const flashc_decode_params &p, const uint16_t *kbase,
-                                                const uint16_t *vbase, const int32_t *bt_b, int64_t unit_b, int j0,
-                                                int ke, int lg, uint32_t slot) {
+static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
+                                                    const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
+                                                    int j0, int ke, uint4 (&kr)[KPG][NV], uint4 (&vr)[KPG][NV]) {
 #pragma unroll
     for (int k = 0; k < KPG; k++) {
-        const int j = j0 + k;
-        int64_t row = 0;
-        const int64_t unit = j < ke ? key_unit_row(p, bt_b, unit_b, j, &row) : 0;
+        int64_t ko, vo;
+        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
 #pragma unroll
         for (int v = 0; v < NV; v++) {
-            const bool on = j < ke && (v * TPK + lg) * 8 < p.D;
-            const uint32_t dst = slot + (uint32_t)((k * NV + v) * 2 * DEC_THREADS * 16);
-            cp_async_16(dst, on ? kbase + unit * p.k_bs + row * p.k_rs + v * TPK * 8 : kbase, on ? 16 : 0);
-            cp_async_16(dst + DEC_THREADS * 16, on ? vbase + unit * p.v_bs + row * p.v_rs + v * TPK * 8 : vbase,
-                        on ? 16 : 0);
+            kr[k][v] = ld_stream_v4(kl[v] + ko);
+            vr[k][v] = ld_stream_v4(vl[v] + vo);
         }
     }
 }
 
-// ASYNC: K_j, V_j stream through a DEC_STAGES-deep cp.async ring in shared memory (each thread its
-// own 16-byte slots, conflict-free), DEC_STAGES - 1 steps ahead of the math: ~48 KB in flight per
-// CTA, where registers alone held 4 KB per warp and reached 55-60% of the copy bandwidth (H200,
-// 2026-11-29, B 16-64, kv 16k-64k). Needs 16-byte aligned K / V; else the register path (ASYNC = 0).
+// The same through cp.async into this thread's own 16-byte slots of a ring stage. Each thread
+// later reads only what it copied itself, so cp.async.wait_group alone orders copy and read: no
+// barrier in the main loop.
+template <int KPG, int NV, int TPK>
+static __device__ __forceinline__ void issue_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
+                                                     const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
+                                                     int j0, int ke, uint32_t slot) {
+#pragma unroll
+    for (int k = 0; k < KPG; k++) {
+        int64_t ko, vo;
+        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            const uint32_t dst = slot + (uint32_t)((k * NV + v) * 2 * DEC_THREADS * 16);
+            cp_async_16(dst, kl[v] + ko, 16);
+            cp_async_16(dst + DEC_THREADS * 16, vl[v] + vo, 16);
+        }
+    }
+}
+
+// How K_j and V_j reach the registers (one kernel per choice; the math is the same):
+//   PIPE 0  general: any alignment and stride (8 two-byte loads when not 16-byte aligned), int64
+//           offsets, keys past ke zero-filled; the path for unaligned or huge-stride caches
+//   PIPE 1  fast loads into registers at the top of each step
+//   PIPE 2  fast loads one step ahead (register double buffer)
+//   PIPE 3  fast loads through a DEC_STAGES-deep cp.async ring in shared memory, DEC_STAGES - 1
+//           steps ahead (each thread its own conflict-free 16-byte slots)
 #define DEC_STAGES 4
 
 template <int DP, int ROWS>
-static constexpr int dec_async_smem() {
+static constexpr int dec_ring_smem() {
     return DEC_STAGES * dec_shape<__half, DP, ROWS>::KPG * dec_shape<__half, DP, ROWS>::NV * 2 * DEC_THREADS * 16;
 }
 
-template <typename T, int DP, int ROWS, bool ASYNC>
+template <typename T, int DP, int ROWS, int PIPE>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
     typedef dec_shape<T, DP, ROWS> S;
     constexpr int TPK = S::TPK, NV = S::NV, E = S::E, GPW = S::GPW, NG = S::NG, KPG = S::KPG, N = S::N, C = S::C,
                   LPR = S::LPR, TILE = S::TILE;
-    extern __shared__ __align__(16) uint4 dsm[]; // ASYNC: [stage][k][v][K, V][thread] 16-byte slots
+    extern __shared__ __align__(16) uint4 dsm[]; // PIPE 3: [stage][k][v][K, V][thread] 16-byte slots
     __shared__ __align__(16) float sP[NG][N + ROWS];    // per key group: P_ij of the step, then alpha per row
     __shared__ float sML[NG][2][ROWS];                  // per key group: m_i, l_i at the end
     __shared__ float sO[DEC_WARPS][ROWS][DP];           // per warp: O_i (unnormalised)
@@ -367,26 +427,48 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     const uint16_t *vbase = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + lg * 8;
 
     // --- for each tile of TILE keys (line 7); my group's keys are j0 .. j0 + KPG - 1
-    constexpr int STAGE_SLOTS = KPG * NV * 2 * DEC_THREADS; // 16-byte slots per stage
+    // fast paths: my lane's slice of a row; a lane past the head dim (D < DP) reads dims 0..7 of the
+    // same row instead (valid memory; its Q_i is 0 and its O_i never stored)
+    const uint16_t *kl[NV], *vl[NV];
+#pragma unroll
+    for (int v = 0; v < NV; v++) {
+        const int d0 = (v * TPK + lg) * 8 < p.D ? (v * TPK + lg) * 8 : 0;
+        kl[v] = (const uint16_t *)p.k + (int64_t)hk * p.k_hs + d0;
+        vl[v] = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + d0;
+    }
+    const int unit32 = (int)unit_b;
+    constexpr int STAGE_SLOTS = KPG * NV * 2 * DEC_THREADS; // 16-byte slots per ring stage
     const uint32_t ring = smem_u32(dsm) + threadIdx.x * 16;
     const int n_tiles = (ke - kb + TILE - 1) / TILE;
-    if (ASYNC) {
+    uint4 kn[KPG][NV], vn[KPG][NV]; // PIPE 2: the next step's
+    if (PIPE == 2 && n_tiles > 0) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + grp * KPG, ke, kn, vn);
+    if (PIPE == 3) {
 #pragma unroll
         for (int st = 0; st < DEC_STAGES - 1; st++) {
             if (st < n_tiles)
-                issue_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, kb + st * TILE + grp * KPG, ke, lg,
-                                       ring + st * STAGE_SLOTS * 16);
+                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + st * TILE + grp * KPG, ke,
+                                            ring + st * STAGE_SLOTS * 16);
             cp_async_commit();
         }
     }
     for (int t = 0; t < n_tiles; t++) {
         const int j0 = kb + t * TILE + grp * KPG;
         uint4 kr[KPG][NV], vr[KPG][NV];
-        if (ASYNC) {
+        if (PIPE == 0) {
+            load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
+        } else if (PIPE == 1) {
+            load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0, ke, kr, vr);
+        } else if (PIPE == 2) {
+#pragma unroll
+            for (int k = 0; k < KPG; k++)
+#pragma unroll
+                for (int v = 0; v < NV; v++) kr[k][v] = kn[k][v], vr[k][v] = vn[k][v];
+            if (t + 1 < n_tiles) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + TILE, ke, kn, vn);
+        } else {
             const int tn = t + DEC_STAGES - 1; // the step DEC_STAGES - 1 ahead, into the slot read last step
             if (tn < n_tiles)
-                issue_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0 + (DEC_STAGES - 1) * TILE, ke, lg,
-                                       ring + (tn % DEC_STAGES) * STAGE_SLOTS * 16);
+                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + (DEC_STAGES - 1) * TILE, ke,
+                                            ring + (tn % DEC_STAGES) * STAGE_SLOTS * 16);
             cp_async_commit();
             cp_async_wait<DEC_STAGES - 1>(); // step t's group has landed
             const uint4 *slot = dsm + (t % DEC_STAGES) * STAGE_SLOTS + threadIdx.x;
@@ -397,8 +479,6 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
                     kr[k][v] = slot[((k * NV + v) * 2) * DEC_THREADS];
                     vr[k][v] = slot[((k * NV + v) * 2 + 1) * DEC_THREADS];
                 }
-        } else {
-            load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
         }
 
         // S_ij = Q_i K_j^T (line 8): my lanes' partial sums, s[r * KPG + k]
@@ -416,18 +496,8 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
                 s[r * KPG + k] = x;
             }
         }
-        // transpose-reduce over the TPK lanes: after level t a lane keeps N >> (t+1) values
-#pragma unroll
-        for (int t = 0; t < S::LOG_TPK; t++) {
-            const int o = TPK >> (t + 1), n = N >> (t + 1);
-            const bool up = lg & o;
-#pragma unroll
-            for (int x = 0; x < n; x++) {
-                const float send = up ? s[x] : s[x + n];
-                const float keep = up ? s[x + n] : s[x];
-                s[x] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-            }
-        }
+        // transpose-reduce over the TPK lanes: after each level a lane keeps half the values
+        transpose_reduce<TPK / 2, N / 2>::run(s, lg);
         // now s[c] is the score of row my_r, key j0 + my_k0 + c: softcap, ALiBi, mask
         float mx = -INFINITY;
 #pragma unroll
@@ -483,7 +553,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
         }
     }
 
-    if (ASYNC) cp_async_wait<0>(); // the empty groups committed past the last step
+    if (PIPE == 3) cp_async_wait<0>(); // the empty groups committed past the last step
 
     // --- merge the key groups: first (m, l) of every row to every lane of the group
 #pragma unroll
@@ -552,7 +622,8 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 // ------------------------------------------------------------------------------------------------
 // 3. the merge: lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s, one warp per row.
 // Weights in fp64 (the LSEs reach ~1e2 and more; an fp32 exp(lse_s - lse) would lose 1e-6 of
-// relative accuracy to the rounding of lse alone). A part with lse_s = +/-inf saw no key: skipped,
+// relative accuracy to the rounding of lse alone; the fp64 exp / log are calls and ptxas reports
+// 40 bytes of spills for them, harmless here). A part with lse_s = +/-inf saw no key: skipped,
 // its out not read. In place (out = part 0) is safe: a lane reads its elements of every part
 // before it writes them, and lse is written after a __syncwarp (all lanes have read it).
 
@@ -587,13 +658,26 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
     const int64_t p_off = b * p.ps[1] + s * p.ps[2] + h * p.ps[3];
     for (int d0 = lane * 4; d0 < p.D; d0 += 128) {
         double acc[4] = {0, 0, 0, 0};
-        for (int sp = 0; sp < p.n_parts && sum > 0.0; sp++) {
-            const float x = p.lse_parts[sp * l_step + l_off];
-            if (isinf(x)) continue;
-            const double w = exp((double)x - L);
+        // 8 parts per round, their loads issued together: the rounds are latency-bound (a split-KV
+        // merge of B = 1 has only B * H warps on the whole GPU)
+        for (int sp0 = 0; sp0 < p.n_parts && sum > 0.0; sp0 += 8) {
+            float x[8], val[8][4];
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (d0 + e < p.D) acc[e] += w * dt_load(p.parts, sp * p.ps[0] + p_off + d0 + e, p.part_dtype);
+            for (int u = 0; u < 8; u++) {
+                const int sp = sp0 + u;
+                x[u] = sp < p.n_parts ? p.lse_parts[sp * l_step + l_off] : INFINITY;
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    val[u][e] = !isinf(x[u]) && d0 + e < p.D
+                                    ? dt_load(p.parts, sp * p.ps[0] + p_off + d0 + e, p.part_dtype) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                if (isinf(x[u])) continue;
+                const double w = exp((double)x[u] - L);
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[e] += w * val[u][e];
+            }
         }
 #pragma unroll
         for (int e = 0; e < 4; e++)
@@ -622,37 +706,50 @@ typedef struct dec_kernel {
     int smem; // dynamic shared memory bytes
 } dec_kernel;
 
-// The cp.async kernel (ASYNC = 1) for the 4-row kernels of head_dim <= 128 on 16-byte aligned K / V
-// (kv_vec); FLASHC_DECODE_ASYNC=0 in the environment selects the register kernel instead (a lab
-// switch for A/B runs in one process). The > 48 KB of dynamic shared memory is allowed once per kernel.
+// The pipe for the 4-row kernels of head_dim <= 128 on a fast-path cache: DEC_DEFAULT_PIPE, or
+// FLASHC_DECODE_PIPE=0|1|2|3 from the environment (a lab switch for A/B runs and tests in one process).
+// H200, 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 / 3 (copy: 4240):
+//   B 1:  kv 4k 582 / 703 / 724,     16k 1538 / 1682 / 1608,  64k 2809 / 3091 / 2892
+//   B 16: kv 4k 3354 / 3559 / 3344,  16k 3965 / 4265 / 4149,  64k 4179 / 4478 / 4390
+//   B 64: kv 4k 4042 / 3773 / 3720,  16k 4198 / 4107 / 4045,  64k 4251 / 4203 / 4428
+// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 is best or within 7% everywhere.
+#define DEC_DEFAULT_PIPE 2
+
+static int fast_pipe(void) {
+    const char *env = getenv("FLASHC_DECODE_PIPE");
+    return env && env[0] >= '0' && env[0] <= '3' ? env[0] - '0' : DEC_DEFAULT_PIPE;
+}
+
 template <typename T, int DP>
-static dec_kernel async_kernel(void) {
-    static int ready = 0;
-    const int smem = dec_async_smem<DP, 4>();
+static dec_kernel ring_kernel(void) {
+    static int ready = 0; // the > 48 KB of dynamic shared memory is allowed once
+    const int smem = dec_ring_smem<DP, 4>();
+    dec_kernel k = {flashc_decode_kernel<T, DP, 4, 3>, smem};
     if (!ready) {
-        if (cudaFuncSetAttribute(flashc_decode_kernel<T, DP, 4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(flashc_decode_kernel<T, DP, 4, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess) {
             cudaGetLastError();
-            dec_kernel none = {NULL, 0};
-            return none;
+            k.fn = NULL;
+            return k;
         }
         ready = 1;
     }
-    dec_kernel k = {flashc_decode_kernel<T, DP, 4, true>, smem};
     return k;
 }
 
 template <typename T>
-static dec_kernel pick_kernel(int Dp, int rows, int kv_vec) {
-    const char *env = getenv("FLASHC_DECODE_ASYNC");
-    if (kv_vec && rows == 4 && Dp <= 128 && !(env && env[0] == '0')) {
-        dec_kernel k = Dp == 64 ? async_kernel<T, 64>() : async_kernel<T, 128>();
+static dec_kernel pick_kernel(int Dp, int rows, int fast) {
+    dec_kernel k = {NULL, 0};
+    const int pipe = fast_pipe();
+    if (fast && rows == 4 && Dp <= 128 && pipe > 0) {
+        if (pipe == 3) k = Dp == 64 ? ring_kernel<T, 64>() : ring_kernel<T, 128>();
+        else if (pipe == 2) k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
+        else k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
         if (k.fn) return k;
     }
-    dec_kernel k = {NULL, 0};
-    if (Dp == 64) k.fn = rows == 8 ? flashc_decode_kernel<T, 64, 8, false> : flashc_decode_kernel<T, 64, 4, false>;
-    else if (Dp == 128) k.fn = rows == 8 ? flashc_decode_kernel<T, 128, 8, false> : flashc_decode_kernel<T, 128, 4, false>;
-    else k.fn = flashc_decode_kernel<T, 256, 4, false>;
+    if (Dp == 64) k.fn = rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
+    else if (Dp == 128) k.fn = rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
+    else k.fn = flashc_decode_kernel<T, 256, 4, 0>;
     return k;
 }
 
@@ -660,6 +757,14 @@ static int kv_vec_ok(const flashc_problem *p, const void *k, const void *v) {
     return ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && p->k_stride[0] % 8 == 0 &&
            p->k_stride[1] % 8 == 0 && p->k_stride[2] % 8 == 0 && p->v_stride[0] % 8 == 0 && p->v_stride[1] % 8 == 0 &&
            p->v_stride[2] % 8 == 0;
+}
+
+// The fast paths: 16-byte access and every K / V stride (and the cache row index) within int32.
+static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
+    const int64_t lim = INT32_MAX;
+    for (int i = 0; i < 3; i++)
+        if (p->k_stride[i] > lim || p->v_stride[i] > lim) return 0;
+    return kv_vec_ok(p, k, v);
 }
 
 static dec_kernel decode_kernel(const flashc_problem *p, int kv_vec) {
@@ -746,6 +851,11 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     P.alibi = p->alibi_slopes, P.alibi_bs = p->alibi_batch_stride;
     P.window_left = p->window_left, P.window_right = p->window_right;
     P.kv_vec = kv_vec_ok(p, a->k_cache, a->v_cache);
+    const int fast = kv_fast_ok(p, a->k_cache, a->v_cache);
+    if (fast) {
+        P.k_bs32 = (int)p->k_stride[0], P.k_rs32 = (int)p->k_stride[1];
+        P.v_bs32 = (int)p->v_stride[0], P.v_rs32 = (int)p->v_stride[1];
+    }
 
     // 1. the append, before the attention reads the cache (same stream)
     if (a->seqlen_new > 0) {
@@ -770,7 +880,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
                                                 ~(size_t)255));
     }
     dim3 grid((unsigned)(P.row_chunks * P.n_splits), (unsigned)p->H_kv, (unsigned)p->B);
-    const dec_kernel k = decode_kernel(p, P.kv_vec);
+    const dec_kernel k = decode_kernel(p, fast);
     k.fn<<<grid, DEC_THREADS, k.smem, stream>>>(P);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || P.n_splits == 1) return e;
