@@ -16,7 +16,17 @@ timing: flashc's O and dQ/dK/dV against SDPA FLASH's (max abs difference printed
 
 flashc is loaded from build/libflashc.so through ctypes (the C API in include/flashc.h).
 
-Usage: python3 bench/bench_gpu.py [--lib build/libflashc.so] [--out FILE.jsonl] [--quick]
+Decode mode (--decode): DESIGN.md §3's decode shapes -- bf16, GQA 32/8, head_dim 128, seqlen_q 1
+(and 4), batch 1 .. 64, kv 4k .. 64k -- flashc_fwd_kvcache on a full cache (contiguous, and paged
+with page 16 through a shuffled block table) beside SDPA FLASH and CUDNN on the same K/V (native
+GQA, enable_gqa=True), reported as GB/s of K and V read (the cache's bytes, 8 kv heads, / time)
+against the copy bandwidth measured in the same run. Caches smaller than 512 MB are rotated
+through several copies so L2 (50 MB) never holds them. The full cache is passed with
+cache_seqlens = NULL: the front end then reads nothing back to the host, and the timed call is
+the kernels alone; "flashc_append" times the real decode step (cache_seqlens given, one token
+appended), whose front end copies cache_seqlens to the host for validation on every call.
+
+Usage: python3 bench/bench_gpu.py [--lib build/libflashc.so] [--out FILE.jsonl] [--quick] [--decode]
 Writes one JSON line per measurement (DESIGN.md §3) and prints a table with the ratios last.
 """
 import argparse
@@ -46,7 +56,15 @@ class Desc(ctypes.Structure):
                 ("window_left", I32), ("window_right", I32), ("use_window", I32), ("alibi_slopes", VP),
                 ("alibi_batch_stride", I64), ("deterministic", I32)] + \
                [(n + "_stride", I64 * 3) for n in ("q", "k", "v", "o", "do", "dq", "dk", "dv")] + \
-               [("cu_seqlens_q", VP), ("cu_seqlens_k", VP), ("seqused_k", VP), ("reserved", I64 * 24)]
+               [("cu_seqlens_q", VP), ("cu_seqlens_k", VP), ("seqused_k", VP), ("block_table", VP),
+                ("block_table_stride", I64), ("page_size", I32), ("num_pages", I32), ("reserved", I64 * 21)]
+
+
+class KvDesc(ctypes.Structure):  # flashc_kvcache_desc
+    _fields_ = [("cache_seqlens", VP), ("cache_batch_idx", VP), ("seqlen_new", I32),
+                ("knew_stride", I64 * 3), ("vnew_stride", I64 * 3), ("rotary_cos", VP), ("rotary_sin", VP),
+                ("rotary_dim", I32), ("rotary_interleaved", I32), ("seqlen_ro", I32), ("num_splits", I32),
+                ("reserved", I64 * 16)]
 
 
 def load_lib(path):
@@ -62,6 +80,9 @@ def load_lib(path):
     lib.flashc_bwd.restype = ctypes.c_int
     lib.flashc_bwd_workspace_size.argtypes = [VP, ctypes.POINTER(Desc)]
     lib.flashc_bwd_workspace_size.restype = ctypes.c_size_t
+    lib.flashc_fwd_kvcache.argtypes = [VP, ctypes.POINTER(Desc), ctypes.POINTER(KvDesc)] + [VP] * 7 + \
+                                      [VP, ctypes.c_size_t, VP]
+    lib.flashc_fwd_kvcache.restype = ctypes.c_int
     return lib
 
 
@@ -88,6 +109,13 @@ class Flashc:
         st = self.lib.flashc_fwd(self.ctx, ctypes.byref(d), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                                  lse.data_ptr(), None, 0, torch.cuda.current_stream().cuda_stream)
         self.check(st, "flashc_fwd")
+
+    def kvcache(self, d, kv, q, kc, vc, kn, vn, o, lse):
+        st = self.lib.flashc_fwd_kvcache(self.ctx, ctypes.byref(d), ctypes.byref(kv), q.data_ptr(), kc.data_ptr(),
+                                         vc.data_ptr(), kn.data_ptr() if kn is not None else None,
+                                         vn.data_ptr() if vn is not None else None, o.data_ptr(), lse.data_ptr(),
+                                         None, 0, torch.cuda.current_stream().cuda_stream)
+        self.check(st, "flashc_fwd_kvcache")
 
     def bwd(self, d, q, k, v, o, lse, do, dq, dk, dv, ws):
         st = self.lib.flashc_bwd(self.ctx, ctypes.byref(d), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
@@ -188,6 +216,146 @@ def run_shape(fc, D, S, causal, device, emit, log):
 
 
 # ------------------------------------------------------------------------------------------------
+# decode (flashc_fwd_kvcache) against SDPA FLASH / CUDNN
+
+DEC_H, DEC_HKV, DEC_D = 32, 8, 128
+
+
+def run_decode(fc, B, Sk, Sq, device, emit, log):
+    H, Hkv, D = DEC_H, DEC_HKV, DEC_D
+    kv_bytes = 2 * B * Sk * Hkv * D * 2  # K and V, bf16
+    n_rot = max(1, min(8, -(-512_000_000 // kv_bytes)))  # copies, so that L2 never holds the cache
+    torch.manual_seed(B * 7 + Sk + Sq)
+    ks = [torch.randn(B, Sk, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(n_rot)]
+    vs = [torch.randn(B, Sk, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(n_rot)]
+    q = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, Sq, device="cuda", dtype=torch.float32)
+    # paged copy of copy 0: page 16, the pages of all sequences shuffled through one pool
+    P = 16
+    pps = Sk // P
+    perm = torch.randperm(B * pps, device="cuda", dtype=torch.int64)
+    table = perm.view(B, pps).to(torch.int32).contiguous()
+    kp = torch.empty(B * pps, P, Hkv, D, device="cuda", dtype=torch.bfloat16)
+    vp = torch.empty_like(kp)
+    kp[perm] = ks[0].view(B * pps, P, Hkv, D)
+    vp[perm] = vs[0].view(B * pps, P, Hkv, D)
+
+    def desc(paged):
+        d = Desc()
+        d.batch, d.seqlen_q, d.seqlen_k, d.heads, d.heads_kv, d.head_dim = B, Sq, Sk, H, Hkv, D
+        d.dtype = FLASHC_DTYPE_BF16  # no mask: the same attention SDPA computes, for every seqlen_q
+        if paged:
+            d.block_table, d.block_table_stride, d.page_size, d.num_pages = table.data_ptr(), pps, P, B * pps
+        return d  # zero strides: contiguous
+    dc, dp, kv = desc(False), desc(True), KvDesc()
+    it = [0]
+
+    def flashc_contig():
+        i = it[0] = (it[0] + 1) % n_rot
+        fc.kvcache(dc, kv, q, ks[i], vs[i], None, None, o, lse)
+
+    def flashc_paged():
+        fc.kvcache(dp, kv, q, kp, vp, None, None, o, lse)
+
+    def pipe(n):  # another way K/V reach the registers (lab A/B, FLASHC_DECODE_PIPE; see flashc_cuda_decode.cu)
+        def f():
+            os.environ["FLASHC_DECODE_PIPE"] = str(n)
+            try:
+                flashc_contig()
+            finally:
+                del os.environ["FLASHC_DECODE_PIPE"]
+        return f
+
+    # the real decode step: cache_seqlens given (Sk - 1 tokens), one token appended (in place into
+    # copy 0 of the cache, at the last row every time)
+    cl = torch.full((B,), Sk - 1, device="cuda", dtype=torch.int32)
+    kn, vn = (torch.randn(B, 1, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kva = KvDesc()
+    kva.cache_seqlens, kva.seqlen_new = cl.data_ptr(), 1
+
+    def flashc_append():
+        fc.kvcache(dc, kva, q, ks[0], vs[0], kn, vn, o, lse)
+
+    def sdpa(backend):
+        def f():
+            i = it[0] = (it[0] + 1) % n_rot
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2),
+                                                      enable_gqa=True)
+        return f
+
+    base = {"backend": "cuda", "device": device, "dtype": "bf16", "direction": "decode", "batch": B, "heads": H,
+            "heads_kv": Hkv, "seqlen_q": Sq, "seqlen_k": Sk, "head_dim": D, "causal": False}
+    # correctness once: flashc (contiguous and paged) against SDPA FLASH (or math) on copy 0
+    it[0] = n_rot - 1
+    flashc_contig()
+    o_c = o.clone()
+    flashc_paged()
+    o_p = o.clone()
+    nb = min(B, 2)  # fp32 math reference on the first sequences (math SDPA expands GQA heads)
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q[:nb].transpose(1, 2).float(), ks[0][:nb].transpose(1, 2).float(),
+                                             vs[0][:nb].transpose(1, 2).float(), enable_gqa=True).transpose(1, 2)
+    e_c = (o_c[:nb].float() - ref).abs().max().item()
+    e_p = (o_p[:nb].float() - ref).abs().max().item()
+    del ref
+    res = {}
+    impls = [("flashc", flashc_contig), ("flashc_paged16", flashc_paged), ("flashc_append", flashc_append),
+             ("flashc_pipe0", pipe(0)), ("flashc_pipe1", pipe(1)), ("flashc_pipe3", pipe(3)),
+             ("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
+    for name, fn in impls:
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            log(f"  {name} unavailable for B={B} Sk={Sk} Sq={Sq}: {str(e).splitlines()[0]}")
+            continue
+        est = time_ms(fn, 3, warmup=2)
+        res[name] = time_ms(fn, max(20, min(100, int(300.0 / max(est, 1e-3)))))
+    for name, ms in res.items():
+        rec = dict(impl=name, ms=round(ms, 5), gbps=round(kv_bytes / (ms * 1e-3) / 1e9, 1), **base)
+        if name == "flashc_paged16":
+            rec["page_size"] = P
+        emit(rec)
+    log(f"B={B:3d} Sk={Sk:6d} Sq={Sq}  max|o - o_fp32| contiguous {e_c:.3g}, paged {e_p:.3g}  " +
+        "  ".join(f"{n} {res[n] * 1e3:.1f}us" for n in res))
+    del ks, vs, kp, vp
+    return res, kv_bytes
+
+
+def main_decode(fc, device, cgb, emit, log, quick):
+    shapes = [(B, Sk, 1) for B in (1, 16, 64) for Sk in (4096, 16384, 65536)] + [(16, 16384, 4), (1, 65536, 4)]
+    if quick:
+        shapes = [(1, 16384, 1), (16, 16384, 1), (16, 65536, 1), (64, 16384, 1)]
+    table = []
+    for B, Sk, Sq in shapes:
+        res, nb = run_decode(fc, B, Sk, Sq, device, emit, log)
+        table.append((B, Sk, Sq, res, nb))
+        torch.cuda.empty_cache()
+    print(f"\ndecode GB/s of K+V read (bf16, GQA 32/8, d 128); copy ceiling {cgb:.0f} GB/s (read + write)")
+    names = ("flashc", "flashc_paged16", "flashc_append", "flashc_pipe0", "flashc_pipe1", "flashc_pipe3", "sdpa_flash",
+             "sdpa_cudnn")
+    print(f"{'B':>3} {'Sk':>6} {'Sq':>2} | " + " ".join(f"{n[-8:]:>8}" for n in names) +
+          f" | {'x flash':>7} {'x cudnn':>7} {'% copy':>6} {'paged/c':>7}")
+    miss = []
+    for B, Sk, Sq, res, nb in table:
+        gb = {n: nb / (res[n] * 1e-3) / 1e9 if n in res else float("nan") for n in names}
+        xf, xc = gb["flashc"] / gb["sdpa_flash"], gb["flashc"] / gb["sdpa_cudnn"]
+        pc, pg = gb["flashc"] / cgb, gb["flashc_paged16"] / gb["flashc"]
+        print(f"{B:3d} {Sk:6d} {Sq:2d} | " + " ".join(f"{gb[n]:8.0f}" for n in names) +
+              f" | {xf:7.2f} {xc:7.2f} {100 * pc:5.0f}% {pg:7.2f}")
+        if Sq == 1 and B >= 16 and Sk >= 16384 and not (xc >= 1.0 and pc >= 0.9):
+            miss.append(f"B={B} Sk={Sk}: x cudnn {xc:.2f}, {100 * pc:.0f}% of copy")
+        if Sq == 1 and B == 1 and Sk >= 16384 and not xf >= 1.2:
+            miss.append(f"B=1 Sk={Sk}: x flash {xf:.2f}")
+        if Sq == 1 and not pg >= 0.9:
+            miss.append(f"B={B} Sk={Sk}: paged/contiguous {pg:.2f}")
+    print("bar (B >= 16, kv >= 16k: >= 1.0x CUDNN and >= 90% of copy; B = 1: >= 1.2x FLASH; paged within 10%): " +
+          ("met everywhere" if not miss else "missed: " + "; ".join(miss)))
+
+
+# ------------------------------------------------------------------------------------------------
 # ceilings
 
 def gemm_ceiling():
@@ -213,6 +381,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="seqlen 1024 and 8192 only")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--decode", action="store_true", help="the decode shapes (flashc_fwd_kvcache) instead")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_gpu: no CUDA device: skipped")
@@ -220,7 +389,7 @@ def main():
     device = torch.cuda.get_device_name()
     slug = device.lower().replace("nvidia", "").strip().split()[0]
     out = args.out or os.path.join(os.path.dirname(__file__), "results",
-                                   f"{slug}-{datetime.date.today().isoformat()}-cuda.jsonl")
+                                   f"{slug}-{datetime.date.today().isoformat()}-cuda{'-decode' if args.decode else ''}.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fc = Flashc(os.path.abspath(args.lib))
     lines = []
@@ -239,6 +408,13 @@ def main():
     emit(dict(impl="copy_ceiling", backend="cuda", device=device, bytes=2 * (1 << 30), ms=round(cms, 5),
               gbps=round(cgb, 1)))
     log(f"ceilings: bf16 GEMM 8192^3 {gtf:.1f} TFLOP/s, D2D copy {cgb:.0f} GB/s (read + write)")
+    if args.decode:
+        main_decode(fc, device, cgb, emit, log, args.quick)
+        with open(out, "w") as f:
+            for rec in lines:
+                f.write(json.dumps(rec) + "\n")
+        log(f"wrote {len(lines)} lines to {out}")
+        return 0
 
     dims = [int(x) for x in args.dims.split(",")]
     seqlens = [1024, 8192] if args.quick else [int(x) for x in args.seqlens.split(",")]

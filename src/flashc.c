@@ -274,6 +274,7 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
     p->cu_k = d->cu_seqlens_k;
     p->seqused_k = d->seqused_k;
     p->varlen = d->cu_seqlens_q != NULL;
+    p->for_kvcache = mode == FLASHC__FOR_KVCACHE;
 
     // varlen offsets: fetch to the host once (device memory for CUDA: a small copy + sync)
     if (p->varlen) {

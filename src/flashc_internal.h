@@ -51,6 +51,7 @@ typedef struct flashc_problem {
     // KV cache (flashc_fwd_kvcache only): sequence b reads cache row cache_batch_idx[b] (batch stride
     // of k/v); NULL = b. Host pointer for host backends, device pointer for CUDA.
     const int32_t *cache_batch_idx;
+    int32_t for_kvcache;             // resolved for flashc_fwd_kvcache (backends may take paths only it has)
 } flashc_problem;
 
 // One sequence of the batch: its lengths and the row offsets of its first q row and k row.

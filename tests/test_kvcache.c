@@ -25,10 +25,18 @@
 // Bad input: the new entry points reject each broken argument with the right status, name it in
 // the message and write nothing.
 //
-// Usage: build/test_kvcache [-v] [--backend ref|cpu] [--seed N]. The last line is "N passed, M failed".
+// CUDA: the same cases with every tensor staged into device memory (ctx->ops->ws_alloc / copy) and
+// the results copied back; f32 cases run as f16 there (the CUDA backend takes f16 / bf16), head
+// dims it does not take (D = 20) are skipped, as are paged flashc_fwd (no CUDA path) and the
+// bad-input cases (front-end validation, the same code as on the host backends, with host buffers).
+//
+// Usage: build/test_kvcache [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR]. Default: ref, cpu
+// and cuda when a device is present; --filter runs only the KV-cache and merge cases whose label
+// contains STR. The last line is "N passed, M failed".
 #include "test_common.h"
 
-static const char *g_backend; // NULL: ref and cpu
+static const char *g_backend; // NULL: ref, cpu and cuda (when present)
+static const char *g_filter;  // NULL: every case; else only the KV-cache and merge cases whose label contains it
 static uint64_t g_seed = 1234;
 
 static flashc_ctx *make_ctx(flashc_backend kind) {
@@ -38,6 +46,38 @@ static flashc_ctx *make_ctx(flashc_backend kind) {
         exit(1);
     }
     return ctx;
+}
+
+// ------------------------------------------------------------------------------------------------
+// the backend's memory: host backends use the host buffers themselves, CUDA gets staged copies
+
+static int on_dev(flashc_ctx *ctx) { return flashc_ctx_backend(ctx) == FLASHC_BACKEND_CUDA; }
+
+// A device copy of host[0 .. bytes) (host itself for host backends; NULL stays NULL).
+static void *dev_put(flashc_ctx *ctx, const void *host, size_t bytes) {
+    if (!host || !on_dev(ctx)) return (void *)host;
+    void *d = ctx->ops->ws_alloc(ctx, bytes ? bytes : 64);
+    if (d && ctx->ops->copy(ctx, d, host, bytes, 1) != FLASHC_OK) {
+        ctx->ops->ws_free(ctx, d);
+        d = NULL;
+    }
+    if (!d) {
+        printf("FAIL  staging %zu bytes to the device\n", bytes);
+        exit(1);
+    }
+    return d;
+}
+
+static void dev_get(flashc_ctx *ctx, void *host, const void *dev, size_t bytes) {
+    if (!host || host == dev) return;
+    if (ctx->ops->copy(ctx, host, (void *)dev, bytes, 0) != FLASHC_OK) {
+        printf("FAIL  copying %zu bytes back from the device: %s\n", bytes, flashc_ctx_last_error(ctx));
+        exit(1);
+    }
+}
+
+static void dev_free(flashc_ctx *ctx, const void *host, void *dev) {
+    if (dev && dev != host) ctx->ops->ws_free(ctx, dev);
 }
 
 static double rnd_dt(tc_rng *r, flashc_dtype dt, double scale) { return tc_round((float)(tc_normal(r) * scale), dt); }
@@ -149,9 +189,13 @@ static void key_range(const kvc *c, int i, int sq, int sk, int *lo, int *hi) {
     *lo = (int)l, *hi = (int)h;
 }
 
-static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c, uint64_t seed) {
+static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t seed) {
+    kvc c_dev = *c_in;
+    if (on_dev(ctx) && c_dev.dt == FLASHC_DTYPE_F32) c_dev.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
+    const kvc *c = &c_dev;
     char label[512];
     kv_label(c, bname, label, sizeof label);
+    if (g_filter && !strstr(label, g_filter)) return;
     tc_rng r = tc_rng_make(seed, 11);
     const flashc_dtype dt = c->dt;
     const size_t es = flashc__dtype_size(dt);
@@ -343,11 +387,44 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c, uint64_t se
         size_t ws_size = 0;
         if (c->own_ws) {
             ws_size = flashc_kvcache_workspace_size(ctx, &d, &kv);
-            ws = ws_size ? tc_alloc(ws_size) : NULL;
+            ws = ws_size ? (on_dev(ctx) ? ctx->ops->ws_alloc(ctx, ws_size) : tc_alloc(ws_size)) : NULL;
         }
-        st = flashc_fwd_kvcache(ctx, &d, &kv, q, kc, vc, snew ? kn : NULL, snew ? vn : NULL, o, c->no_lse ? NULL : lse,
-                                ws, ws_size, NULL);
-        free(ws);
+        // device copies of every tensor and table (the host ones themselves on host backends)
+        const size_t kv_bytes = (size_t)kv_elems * es, q_bytes = (size_t)q_elems * es, new_bytes = (size_t)new_elems * es;
+        const size_t ro_bytes = (size_t)seqlen_ro * (rd / 2) * es;
+        void *dq = dev_put(ctx, q, q_bytes), *dkc = dev_put(ctx, kc, kv_bytes), *dvc = dev_put(ctx, vc, kv_bytes);
+        void *dkn = dev_put(ctx, kn, new_bytes), *dvn = dev_put(ctx, vn, new_bytes), *dout = dev_put(ctx, o, q_bytes);
+        float *dlse = dev_put(ctx, lse, sizeof(float) * (size_t)(n_lse + 1));
+        void *dcs = dev_put(ctx, kv.rotary_cos, ro_bytes), *dsn = dev_put(ctx, kv.rotary_sin, ro_bytes);
+        float *dsl = dev_put(ctx, d.alibi_slopes, sizeof(float) * (size_t)B * H);
+        int32_t *dcl = dev_put(ctx, kv.cache_seqlens, sizeof(int32_t) * (size_t)B);
+        int32_t *dcbi = dev_put(ctx, kv.cache_batch_idx, sizeof(int32_t) * (size_t)B);
+        int32_t *dtab = dev_put(ctx, d.block_table, sizeof(int32_t) * (size_t)B * (pps ? pps : 1));
+        const void *h_cs = kv.rotary_cos, *h_sn = kv.rotary_sin;
+        const float *h_sl = d.alibi_slopes;
+        const int32_t *h_cl = kv.cache_seqlens, *h_cbi = kv.cache_batch_idx, *h_tab = d.block_table;
+        kv.rotary_cos = dcs, kv.rotary_sin = dsn, d.alibi_slopes = dsl, kv.cache_seqlens = dcl;
+        kv.cache_batch_idx = dcbi, d.block_table = dtab;
+        st = flashc_fwd_kvcache(ctx, &d, &kv, dq, dkc, dvc, snew ? dkn : NULL, snew ? dvn : NULL, dout,
+                                c->no_lse ? NULL : dlse, ws, ws_size, NULL);
+        if (on_dev(ctx)) {
+            dev_get(ctx, o, dout, q_bytes);
+            dev_get(ctx, lse, dlse, sizeof(float) * (size_t)(n_lse + 1));
+            dev_get(ctx, kc, dkc, kv_bytes);
+            dev_get(ctx, vc, dvc, kv_bytes);
+            if (ws) ctx->ops->ws_free(ctx, ws);
+        } else {
+            free(ws);
+        }
+        dev_free(ctx, q, dq), dev_free(ctx, kc, dkc), dev_free(ctx, vc, dvc), dev_free(ctx, kn, dkn);
+        dev_free(ctx, vn, dvn), dev_free(ctx, o, dout), dev_free(ctx, lse, dlse), dev_free(ctx, h_cs, dcs);
+        dev_free(ctx, h_sn, dsn), dev_free(ctx, h_sl, dsl), dev_free(ctx, h_cl, dcl), dev_free(ctx, h_cbi, dcbi);
+        dev_free(ctx, h_tab, dtab);
+        if (st == FLASHC_ERR_UNSUPPORTED && on_dev(ctx)) {
+            tc_skip("%s: %s", label, flashc_ctx_last_error(ctx));
+            free(lse);
+            goto done;
+        }
         if (st != FLASHC_OK) {
             tc_fail("%s: flashc_fwd_kvcache = %s: %s", label, flashc_status_string(st), flashc_ctx_last_error(ctx));
             free(lse);
@@ -637,6 +714,7 @@ static void run_merge_random(flashc_ctx *ctx, const char *bname, flashc_dtype pd
     char label[200];
     snprintf(label, sizeof label, "merge %s parts=%s out=%s in_place=%d strided=%d", bname, tc_dtype_name(pdt),
              tc_dtype_name(odt), in_place, strided);
+    if (g_filter && !strstr(label, g_filter)) return;
     tc_rng r = tc_rng_make(seed, 17);
     const int n = 5, B = 2, S = 3, H = 4, D = 40;
     const int64_t hs = D + (strided ? 3 : 0), ss = (int64_t)H * hs + (strided ? 5 : 0), bs = (int64_t)S * ss + (strided ? 7 : 0),
@@ -694,7 +772,23 @@ static void run_merge_random(flashc_ctx *ctx, const char *bname, flashc_dtype pd
         for (int64_t e = 0; e < n_lse; e++) lse[e] = NAN;
     }
     if (in_place && !strided) ob = bs, osq = ss, oh = hs;
-    flashc_status st = flashc_merge(ctx, &m, parts, lp, out, lse, NULL);
+    const size_t parts_bytes = (size_t)n_parts_el * pes, lp_bytes = sizeof(float) * (size_t)n * n_lse;
+    void *dparts = dev_put(ctx, parts, parts_bytes);
+    float *dlp = dev_put(ctx, lp, lp_bytes);
+    void *dout = in_place ? dparts : dev_put(ctx, out, (size_t)out_el * oes);
+    float *dlse = in_place ? dlp : dev_put(ctx, lse, sizeof(float) * (size_t)n_lse);
+    flashc_status st = flashc_merge(ctx, &m, dparts, dlp, dout, dlse, NULL);
+    if (on_dev(ctx)) {
+        if (in_place) {
+            dev_get(ctx, parts, dparts, parts_bytes);
+            dev_get(ctx, lp, dlp, lp_bytes);
+        } else {
+            dev_get(ctx, out, dout, (size_t)out_el * oes);
+            dev_get(ctx, lse, dlse, sizeof(float) * (size_t)n_lse);
+            dev_free(ctx, out, dout), dev_free(ctx, lse, dlse);
+        }
+        dev_free(ctx, parts, dparts), dev_free(ctx, lp, dlp);
+    }
     if (st != FLASHC_OK) {
         tc_fail("%s: flashc_merge = %s: %s", label, flashc_status_string(st), flashc_ctx_last_error(ctx));
     } else {
@@ -725,6 +819,7 @@ static void run_merge_random(flashc_ctx *ctx, const char *bname, flashc_dtype pd
 static void run_merge_attention(flashc_ctx *ctx, const char *bname, uint64_t seed) {
     char label[128];
     snprintf(label, sizeof label, "merge %s of split attention (keys 0..37 | none | 38..99 | 100..150)", bname);
+    if (g_filter && !strstr(label, g_filter)) return;
     tc_rng r = tc_rng_make(seed, 19);
     const int B = 2, Sq = 3, H = 4, D = 24, Sk = 151, n = 4;
     const int cut[5] = {0, 38, 38, 100, 151};
@@ -752,7 +847,16 @@ static void run_merge_attention(flashc_ctx *ctx, const char *bname, uint64_t see
     flashc_merge_desc m = {0};
     m.n_parts = n, m.batch = B, m.seqlen = Sq, m.heads = H, m.head_dim = D;
     m.part_dtype = FLASHC_DTYPE_F32, m.out_dtype = FLASHC_DTYPE_F32;
-    if (st == FLASHC_OK) st = flashc_merge(ctx, &m, parts, lp, out, lse, NULL);
+    if (st == FLASHC_OK) {
+        const size_t pb = sizeof(float) * n * B * Sq * H * D, lb = sizeof(float) * n * B * H * Sq;
+        float *dparts = dev_put(ctx, parts, pb), *dlp = dev_put(ctx, lp, lb);
+        float *dout = dev_put(ctx, out, pb / n), *dlse = dev_put(ctx, lse, lb / n);
+        st = flashc_merge(ctx, &m, dparts, dlp, dout, dlse, NULL);
+        if (on_dev(ctx)) {
+            dev_get(ctx, out, dout, pb / n), dev_get(ctx, lse, dlse, lb / n);
+            dev_free(ctx, parts, dparts), dev_free(ctx, lp, dlp), dev_free(ctx, out, dout), dev_free(ctx, lse, dlse);
+        }
+    }
     if (st != FLASHC_OK) {
         tc_fail("%s: %s", label, flashc_ctx_last_error(ctx));
     } else {
@@ -1000,19 +1104,38 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "-v")) tc_verbose = 1;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) g_backend = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [-v] [--backend ref|cpu] [--seed N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR]\n", argv[0]);
             return 2;
         }
     }
-    const char *names[2] = {"ref", "cpu"};
-    const flashc_backend kinds[2] = {FLASHC_BACKEND_REF, FLASHC_BACKEND_CPU};
-    for (int bi = 0; bi < 2; bi++) {
+    const char *names[3] = {"ref", "cpu", "cuda"};
+    const flashc_backend kinds[3] = {FLASHC_BACKEND_REF, FLASHC_BACKEND_CPU, FLASHC_BACKEND_CUDA};
+    if (g_backend && strcmp(g_backend, "ref") && strcmp(g_backend, "cpu") && strcmp(g_backend, "cuda")) {
+        fprintf(stderr, "--backend %s: expected ref, cpu or cuda\n", g_backend);
+        return 2;
+    }
+    for (int bi = 0; bi < 3; bi++) {
         if (g_backend && strcmp(g_backend, names[bi])) continue;
-        flashc_ctx *ctx = make_ctx(kinds[bi]);
+        flashc_ctx *ctx = NULL;
+        if (kinds[bi] == FLASHC_BACKEND_CUDA) {
+            flashc_status cst = flashc_ctx_create(&ctx, FLASHC_BACKEND_CUDA, 0);
+            if (cst == FLASHC_ERR_NO_BACKEND) {
+                printf("cuda: skipped (not compiled in, or no device)\n");
+                continue;
+            }
+            if (cst != FLASHC_OK) {
+                tc_fail("cuda: flashc_ctx_create = %s", flashc_status_string(cst));
+                continue;
+            }
+        } else {
+            ctx = make_ctx(kinds[bi]);
+        }
         kv_sweep(ctx, names[bi]);
         const int pages[3] = {1, 16, 256};
-        for (int pi = 0; pi < 3; pi++)
+        if (on_dev(ctx)) tc_skip("paged flashc_fwd on cuda: no CUDA path (block_table is flashc_fwd_kvcache only there)");
+        for (int pi = 0; pi < 3 && !on_dev(ctx) && !g_filter; pi++)
             for (int varlen = 0; varlen <= 1; varlen++)
                 for (int di = 0; di < 2; di++)
                     run_paged_fwd(ctx, names[bi], di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, pages[pi], varlen,
@@ -1025,8 +1148,12 @@ int main(int argc, char **argv) {
             for (int strided = 0; strided <= 1; strided++)
                 run_merge_random(ctx, names[bi], dts[pd], dts[pd], 1, strided, g_seed + 300 + pd * 2 + strided);
         run_merge_attention(ctx, names[bi], g_seed + 400);
-        bad_kvcache(ctx);
-        bad_merge(ctx);
+        if (on_dev(ctx)) {
+            tc_skip("bad input on cuda: the front end's checks, run on the host backends");
+        } else if (!g_filter) {
+            bad_kvcache(ctx);
+            bad_merge(ctx);
+        }
         flashc_ctx_free(ctx);
     }
     return tc_summary("test_kvcache");

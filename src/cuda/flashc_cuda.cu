@@ -12,6 +12,7 @@
 
 #include "flashc_cuda_common.cuh"
 #include "flashc_cuda_tune.h"
+#include "flashc_cuda_decode.h"
 
 typedef struct flashc_cuda_priv {
     int device;
@@ -121,7 +122,7 @@ static flashc_status cuda_supports(flashc_ctx *ctx, const flashc_problem *p) {
     if (p->D % 8 != 0 || p->D > 256)
         return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
                             "head_dim = %d: the cuda backend takes multiples of 8 up to 256", p->D);
-    if (p->block_table || p->cache_batch_idx)
+    if ((p->block_table || p->cache_batch_idx) && !p->for_kvcache) // flashc_cuda_decode.cu takes them
         return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: the cuda backend has no paged K/V path yet");
     return smem_fits(ctx, p->D, fwd_smem(padded_head_dim(p->D)), "forward");
 }
@@ -337,6 +338,23 @@ static flashc_status cuda_copy(flashc_ctx *ctx, void *dst, const void *src, size
     return FLASHC_OK;
 }
 
+// ------------------------------------------------------------------------------------------------
+// KV cache (decode) and merge: kernels and plan in flashc_cuda_decode.cu
+
+static size_t cuda_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
+    return flashc__cuda_kvcache_ws(p, a, ((const flashc_cuda_priv *)ctx->priv)->sm_count);
+}
+
+static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
+    FLASHC_CUDA_TRY(ctx, flashc__cuda_kvcache(p, a, ((const flashc_cuda_priv *)ctx->priv)->sm_count));
+    return finish(ctx, (cudaStream_t)a->stream);
+}
+
+static flashc_status cuda_merge(flashc_ctx *ctx, const flashc_merge_problem *m, const flashc_merge_args *a) {
+    FLASHC_CUDA_TRY(ctx, flashc__cuda_merge(m, a));
+    return finish(ctx, (cudaStream_t)a->stream);
+}
+
 extern "C" const flashc_backend_ops flashc__cuda_ops = {
     "cuda",          // name
     cuda_init,       // init
@@ -350,4 +368,7 @@ extern "C" const flashc_backend_ops flashc__cuda_ops = {
     cuda_ws_alloc,   // ws_alloc
     cuda_ws_free,    // ws_free
     cuda_copy,       // copy
+    cuda_kvcache_ws, // kvcache_ws
+    cuda_fwd_kvcache, // fwd_kvcache
+    cuda_merge,      // merge
 };

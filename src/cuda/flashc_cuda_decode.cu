@@ -1,0 +1,915 @@
+// flashc_cuda_decode.cu -- the CUDA KV-cache (decode) path: append with rotary, split-KV attention
+// (flash-decoding) over a plain, row-indexed (cache_batch_idx) or paged cache, and the LSE merge
+// that also serves the public flashc_merge. Host launchers at the end; flashc_cuda.cu calls them
+// through flashc_cuda_decode.h and turns their cudaError_t into a status.
+//
+// Decode reads every K and V byte once and does ~2 FLOP per byte per query row: it is bound by
+// HBM bandwidth, not by math. So the kernel runs on the CUDA cores (no mma) and keeps all the query
+// rows of one KV group together (GQA packing: K_j and V_j are read once for the group's
+// `group` heads x seqlen_q rows). What decides the speed is the instruction count per key (the
+// issue slots at 4.5 TB/s are ~120 warp instructions per 512-byte key row per SM; a first version
+// with a runtime-indexed reduce and 64-bit address math per load spent ~150 and reached 2.4 TB/s)
+// and the bytes in flight (16-byte loads issued a step ahead, several CTAs per SM).
+//
+// Work decomposition. One CTA = (batch b, kv head hk, chunk of ROWS packed query rows, split s).
+// Packed row r of a kv group is query position i = r / group, head hk * group + r % group. Inside a
+// CTA, TPK lanes (a "key group") cover one key row (8 or 16 dims per lane); each key group takes
+// KPG consecutive keys per step and runs its own online softmax (FA2 Alg. 1 lines 8-10) with no
+// synchronisation with the other groups; the groups are merged by their (m_i, l_i) at the end.
+// With split-KV the CTA's key range is one of n_splits slices; slices write fp32 partials (O_i
+// normalised, LSE) into the workspace and flashc_merge_kernel combines them by their LSEs.
+//
+// Per step, a key group computes the ROWS x KPG = 16 partial dot products of its lanes and
+// reduces them across its TPK lanes by a transpose-reduce (each level halves the values a lane
+// holds: 15 shuffles for 16 sums instead of 64), so that lane g ends with the scores of row
+// (g * C) / KPG, keys (g * C) % KPG .. + C - 1. The probabilities go to shared memory and come
+// back as broadcast reads for P V.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "flashc_cuda_common.cuh"
+#include "flashc_cuda_decode.h"
+
+#define DEC_WARPS 4             // 128 threads: small CTAs, several per SM, for load balance
+#define DEC_THREADS (DEC_WARPS * 32)
+#define DEC_MIN_SPLIT_KEYS 256  // a split below this many keys costs more in setup and merge than it saves
+#define DEC_MAX_SPLITS 128
+
+// ------------------------------------------------------------------------------------------------
+// kernel ABI
+
+// flashc_fwd_kvcache on the device. Strides in elements. The cache is addressed by "units": a page
+// (paged: k_bs steps from page to page, k_rs from row to row in the page) or a cache row of the
+// batch (cache_batch_idx[b], or b). Key j of sequence b lives in unit
+//     paged: block_table[b * bt_stride + j / page_size], row j % page_size
+//     else:  cache_batch_idx ? cache_batch_idx[b] : b, row j
+typedef struct flashc_decode_params {
+    int B, Sq, H, H_kv, group, D;
+    int rows;                        // group * Sq packed rows per kv head
+    int row_chunks;                  // ceil(rows / ROWS)
+    int n_splits;                    // 1: write o / lse directly; > 1: partials + merge
+    int Sk;                          // capacity: c_b when cache_seqlens is NULL
+    int seqlen_new;
+    const int32_t *cache_seqlens;    // device (B), may be NULL
+    const int32_t *cache_batch_idx;  // device (B), may be NULL
+    const int32_t *block_table;      // device (B, bt_stride), NULL = not paged
+    int64_t bt_stride;
+    int page_size, num_pages;        // page indices are clamped to [0, num_pages)
+    uint32_t page_magic, page_shift; // j / page_size = (umulhi(j, magic) + j) >> shift, j < 2^31
+    const void *q;                   // (B, Sq, H, D)
+    int64_t q_bs, q_rs, q_hs;
+    void *k, *v;                     // the cache, [unit, row, head]
+    int64_t k_bs, k_rs, k_hs, v_bs, v_rs, v_hs;
+    const void *k_new, *v_new;       // (B, seqlen_new, H_kv, D)
+    int64_t kn_bs, kn_rs, kn_hs, vn_bs, vn_rs, vn_hs;
+    void *o;                         // (B, Sq, H, D)
+    int64_t o_bs, o_rs, o_hs;
+    float *lse;                      // (B, H, Sq) fp32, may be NULL
+    float *part_o;                   // fp32 (n_splits, B, Sq, H, D) contiguous
+    float *part_lse;                 // fp32 (n_splits, B, H, Sq): flashc_merge's lse_parts layout
+    const void *rot_cos, *rot_sin;   // (seqlen_ro, rot_dim / 2), NULL = no rotary
+    int rot_dim, rot_interleaved, rot_q_per_row;
+    float q_mul;                     // q is multiplied by this once: scale * log2(e), or scale with a transform
+    float softcap, inv_softcap;      // softcap = 0: off
+    int transform;                   // softcap or ALiBi: scores finished per key, then * log2(e)
+    const float *alibi;              // slope of (b, h) = alibi[b * alibi_bs + h], NULL = off
+    int64_t alibi_bs;
+    int window_left, window_right;   // -1 = unbounded
+    int kv_vec;                      // K / V allow 16-byte loads (pointers and strides)
+    int k_bs32, k_rs32, v_bs32, v_rs32; // the same strides as int32 (fast paths: every K / V stride < 2^31)
+} flashc_decode_params;
+
+// flashc_merge: parts (n_parts, B, S, H, D) with strides ps, out (B, S, H, D) with strides os.
+typedef struct flashc_merge_params {
+    int n_parts, B, S, H, D;
+    const void *parts;
+    int part_dtype;
+    int64_t ps[4];
+    const float *lse_parts;          // (n_parts, B, H, S)
+    void *out;
+    int out_dtype;
+    int64_t os[3];
+    float *lse;                      // (B, H, S), may be NULL
+} flashc_merge_params;
+
+// ------------------------------------------------------------------------------------------------
+// small helpers
+
+template <typename T>
+static __device__ __forceinline__ void unpack8(const uint4 &u, float f[8]);
+
+template <>
+__device__ __forceinline__ void unpack8<__nv_bfloat16>(const uint4 &u, float f[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+template <>
+__device__ __forceinline__ void unpack8<__half>(const uint4 &u, float f[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 t = __half22float2(*(const __half2 *)&w[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+// 16 bytes from global memory through the non-coherent path, not kept in L1: each K / V byte is
+// used once per CTA, so L1 would only evict the block table.
+static __device__ __forceinline__ uint4 ld_stream_v4(const void *ptr) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(ptr));
+    return r;
+}
+
+// 8 elements at ptr (16 bytes, or 8 two-byte loads when the tensor is not 16-byte aligned)
+static __device__ __forceinline__ uint4 load8(const uint16_t *ptr, int vec) {
+    if (vec) return ld_stream_v4(ptr);
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = (uint32_t)ptr[2 * i] | ((uint32_t)ptr[2 * i + 1] << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+static __device__ __forceinline__ float dt_load(const void *base, int64_t i, int dt) {
+    if (dt == FLASHC_DTYPE_F32) return ((const float *)base)[i];
+    const uint16_t u = ((const uint16_t *)base)[i];
+    return dt == FLASHC_DTYPE_BF16 ? to_f32<__nv_bfloat16>(u) : to_f32<__half>(u);
+}
+
+static __device__ __forceinline__ void dt_store(void *base, int64_t i, int dt, float x) {
+    if (dt == FLASHC_DTYPE_F32) ((float *)base)[i] = x;
+    else ((uint16_t *)base)[i] = dt == FLASHC_DTYPE_BF16 ? from_f32<__nv_bfloat16>(x) : from_f32<__half>(x);
+}
+
+// Key j's cache row of sequence b (element offset of head 0): through the block table (the entry
+// clamped into the pool, so a bad table cannot make us read outside it) or the cache row.
+static __device__ __forceinline__ int64_t key_unit_row(const flashc_decode_params &p, const int32_t *bt_b,
+                                                       int64_t unit_b, int j, int64_t *row) {
+    if (!bt_b) {
+        *row = j;
+        return unit_b;
+    }
+    const uint32_t pg = (__umulhi((uint32_t)j, p.page_magic) + (uint32_t)j) >> p.page_shift;
+    *row = j - (int64_t)pg * p.page_size;
+    int e = __ldg(bt_b + pg);
+    e = e < 0 ? 0 : e >= p.num_pages ? p.num_pages - 1 : e;
+    return e;
+}
+
+// Element d of head vector x (dtype T) rotated at position pos, rounded to T as a stored value
+// would be (GPT-J pairs (2i, 2i+1) when interleaved, GPT-NeoX (i, i + rd/2) otherwise). The
+// reference rotates in fp64 and rounds once; fp32 with one FMA differs from it by < 1 ulp of T.
+template <typename T>
+static __device__ __forceinline__ float rope_elem(const flashc_decode_params &p, const uint16_t *x, int d, int64_t pos) {
+    const float xd = to_f32<T>(x[d]);
+    if (!p.rot_cos || d >= p.rot_dim) return xd;
+    const int half = p.rot_dim / 2;
+    int pair, partner, first;
+    if (p.rot_interleaved) pair = d >> 1, partner = d ^ 1, first = !(d & 1);
+    else first = d < half, pair = first ? d : d - half, partner = first ? d + half : d - half;
+    const float xp = to_f32<T>(x[partner]);
+    const float c = to_f32<T>(((const uint16_t *)p.rot_cos)[pos * half + pair]);
+    const float s = to_f32<T>(((const uint16_t *)p.rot_sin)[pos * half + pair]);
+    const float r = first ? fmaf(xd, c, -xp * s) : fmaf(xp, s, xd * c);
+    return to_f32<T>(from_f32<T>(r));
+}
+
+// The keys query i of a sequence with n keys sees, [lo, hi), bottom-right aligned.
+static __device__ __forceinline__ void row_keys(const flashc_decode_params &p, int i, int n, int *lo, int *hi) {
+    const long long diag = (long long)i + n - p.Sq;
+    long long l = p.window_left < 0 ? 0 : diag - p.window_left;
+    long long h = p.window_right < 0 ? n : diag + p.window_right + 1;
+    l = l < 0 ? 0 : l;
+    h = h > n ? n : h;
+    h = h < l ? l : h;
+    *lo = (int)l;
+    *hi = (int)h;
+}
+
+// ------------------------------------------------------------------------------------------------
+// 1. the append: k_new (rotated at c_b + t) and v_new into cache rows c_b .. c_b + seqlen_new - 1
+
+template <typename T>
+__global__ void flashc_decode_append_kernel(const flashc_decode_params p) {
+    const int64_t n = (int64_t)p.B * p.seqlen_new * p.H_kv * p.D;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        const int d = (int)(t % p.D), hk = (int)(t / p.D % p.H_kv);
+        const int tt = (int)(t / ((int64_t)p.D * p.H_kv) % p.seqlen_new);
+        const int b = (int)(t / ((int64_t)p.D * p.H_kv * p.seqlen_new));
+        const int j = p.cache_seqlens[b] + tt; // kv_resolve: cache_seqlens is given with an append
+        const int32_t *bt_b = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : NULL;
+        int64_t row;
+        const int64_t unit = key_unit_row(p, bt_b, p.cache_batch_idx ? p.cache_batch_idx[b] : b, j, &row);
+        const uint16_t *kn = (const uint16_t *)p.k_new + b * p.kn_bs + tt * p.kn_rs + hk * p.kn_hs;
+        const uint16_t *vn = (const uint16_t *)p.v_new + b * p.vn_bs + tt * p.vn_rs + hk * p.vn_hs;
+        ((uint16_t *)p.k)[unit * p.k_bs + row * p.k_rs + hk * p.k_hs + d] = from_f32<T>(rope_elem<T>(p, kn, d, j));
+        ((uint16_t *)p.v)[unit * p.v_bs + row * p.v_rs + hk * p.v_hs + d] = vn[d];
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// 2. split-KV attention over the cache
+
+// One level of the transpose-reduce of N partial sums over a key group's TPK lanes: with lane offset
+// O, the lane whose bit O is set keeps the upper half of its NH * 2 values and sends the lower half
+// (the partner the opposite), then adds what it receives; the next level halves again. After all
+// levels lane g holds the sums of values g * C .. g * C + C - 1. Templates so that every index is a
+// constant (a runtime loop here put the values in local memory).
+template <int O, int NH>
+struct transpose_reduce {
+    static __device__ __forceinline__ void run(float *s, int lg) {
+        const uint32_t up = (lg & O) ? 0xffffffffu : 0u; // a lane-dependent select as bit ops (LOP3), not a branch
+#pragma unroll
+        for (int x = 0; x < NH; x++) {
+            const uint32_t lo = __float_as_uint(s[x]), hi = __float_as_uint(s[x + NH]);
+            const float send = __uint_as_float((lo & up) | (hi & ~up));
+            const float keep = __uint_as_float((hi & up) | (lo & ~up));
+            s[x] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        transpose_reduce<O / 2, NH / 2>::run(s, lg);
+    }
+};
+
+template <int NH>
+struct transpose_reduce<0, NH> {
+    static __device__ __forceinline__ void run(float *, int) {}
+};
+
+template <typename T, int DP, int ROWS>
+struct dec_shape {
+    static constexpr int TPK = DP / 8 < 16 ? DP / 8 : 16; // lanes per key row
+    static constexpr int NV = DP / (8 * TPK);             // 16-byte vectors per lane per key row
+    static constexpr int E = 8 * NV;                      // dims per lane
+    static constexpr int GPW = 32 / TPK;                  // key groups per warp
+    static constexpr int NG = DEC_WARPS * GPW;            // key groups per CTA
+    static constexpr int KPG = 16 / ROWS;                 // keys per group per step
+    static constexpr int N = ROWS * KPG;                  // scores per group per step
+    static constexpr int C = N / TPK;                     // scores a lane holds after the reduce
+    static constexpr int LPR = KPG / C;                   // lanes holding one row's scores
+    static constexpr int TILE = NG * KPG;                 // keys per CTA step
+    static_assert(C >= 1 && KPG % C == 0 && N % TPK == 0, "decode tile shape");
+};
+
+// K_j, V_j of keys j0 .. j0 + KPG - 1 (my TPK-lane slice of each row), zero past ke; every load
+// issued before any is used (bytes in flight)
+template <int KPG, int NV, int TPK>
+static __device__ __forceinline__ void load_kv(const flashc_decode_params &p, const uint16_t *kbase,
+                                               const uint16_t *vbase, const int32_t *bt_b, int64_t unit_b, int j0,
+                                               int ke, int lg, uint4 (&kr)[KPG][NV], uint4 (&vr)[KPG][NV]) {
+#pragma unroll
+    for (int k = 0; k < KPG; k++) {
+        const int j = j0 + k;
+        int64_t row = 0;
+        const int64_t unit = j < ke ? key_unit_row(p, bt_b, unit_b, j, &row) : 0;
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            const bool on = j < ke && (v * TPK + lg) * 8 < p.D;
+            kr[k][v] = on ? load8(kbase + unit * p.k_bs + row * p.k_rs + v * TPK * 8, p.kv_vec) : make_uint4(0, 0, 0, 0);
+            vr[k][v] = on ? load8(vbase + unit * p.v_bs + row * p.v_rs + v * TPK * 8, p.kv_vec) : make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+// Fast paths (PIPE >= 1; 16-byte aligned K / V, strides < 2^31): element offsets of key j's K and
+// V rows (head 0), j clamped to ke - 1 so every address is a real cache row (its scores are masked
+// to -inf, so it contributes P = 0); two 32x32->64 multiplies per tensor, no branch.
+static __device__ __forceinline__ void key_offsets(const flashc_decode_params &p, const int32_t *bt_b, int unit_b,
+                                                   int j, int ke, int64_t *ko, int64_t *vo) {
+    const int jj = min(j, ke - 1);
+    int unit = unit_b, row = jj;
+    if (bt_b) {
+        const uint32_t pg = (__umulhi((uint32_t)jj, p.page_magic) + (uint32_t)jj) >> p.page_shift;
+        row = jj - (int)pg * p.page_size;
+        unit = __ldg(bt_b + pg);
+        unit = unit < 0 ? 0 : unit >= p.num_pages ? p.num_pages - 1 : unit;
+    }
+    *ko = (int64_t)unit * p.k_bs32 + (int64_t)row * p.k_rs32;
+    *vo = (int64_t)unit * p.v_bs32 + (int64_t)row * p.v_rs32;
+}
+
+template <int KPG, int NV, int TPK>
+static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
+                                                    const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
+                                                    int j0, int ke, uint4 (&kr)[KPG][NV], uint4 (&vr)[KPG][NV]) {
+#pragma unroll
+    for (int k = 0; k < KPG; k++) {
+        int64_t ko, vo;
+        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            kr[k][v] = ld_stream_v4(kl[v] + ko);
+            vr[k][v] = ld_stream_v4(vl[v] + vo);
+        }
+    }
+}
+
+// The same through cp.async into this thread's own 16-byte slots of a ring stage. Each thread
+// later reads only what it copied itself, so cp.async.wait_group alone orders copy and read: no
+// barrier in the main loop.
+template <int KPG, int NV, int TPK>
+static __device__ __forceinline__ void issue_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
+                                                     const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
+                                                     int j0, int ke, uint32_t slot) {
+#pragma unroll
+    for (int k = 0; k < KPG; k++) {
+        int64_t ko, vo;
+        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            const uint32_t dst = slot + (uint32_t)((k * NV + v) * 2 * DEC_THREADS * 16);
+            cp_async_16(dst, kl[v] + ko, 16);
+            cp_async_16(dst + DEC_THREADS * 16, vl[v] + vo, 16);
+        }
+    }
+}
+
+// How K_j and V_j reach the registers (one kernel per choice; the math is the same):
+//   PIPE 0  general: any alignment and stride (8 two-byte loads when not 16-byte aligned), int64
+//           offsets, keys past ke zero-filled; the path for unaligned or huge-stride caches
+//   PIPE 1  fast loads into registers at the top of each step
+//   PIPE 2  fast loads one step ahead (register double buffer)
+//   PIPE 3  fast loads through a DEC_STAGES-deep cp.async ring in shared memory, DEC_STAGES - 1
+//           steps ahead (each thread its own conflict-free 16-byte slots)
+#define DEC_STAGES 4
+
+template <int DP, int ROWS>
+static constexpr int dec_ring_smem() {
+    return DEC_STAGES * dec_shape<__half, DP, ROWS>::KPG * dec_shape<__half, DP, ROWS>::NV * 2 * DEC_THREADS * 16;
+}
+
+template <typename T, int DP, int ROWS, int PIPE>
+__global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
+    typedef dec_shape<T, DP, ROWS> S;
+    constexpr int TPK = S::TPK, NV = S::NV, E = S::E, GPW = S::GPW, NG = S::NG, KPG = S::KPG, N = S::N, C = S::C,
+                  LPR = S::LPR, TILE = S::TILE;
+    extern __shared__ __align__(16) uint4 dsm[]; // PIPE 3: [stage][k][v][K, V][thread] 16-byte slots
+    __shared__ __align__(16) float sP[NG][N + ROWS];    // per key group: P_ij of the step, then alpha per row
+    __shared__ float sML[NG][2][ROWS];                  // per key group: m_i, l_i at the end
+    __shared__ float sO[DEC_WARPS][ROWS][DP];           // per warp: O_i (unnormalised)
+    __shared__ float sWML[DEC_WARPS][2][ROWS];          // per warp: m_i, l_i
+
+    // --- setup: which (b, kv head, row chunk, split) am I; my key group and lane in it
+    const int b = blockIdx.z, hk = blockIdx.y;
+    const int chunk = blockIdx.x % p.row_chunks, split = blockIdx.x / p.row_chunks;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int grp = warp * GPW + lane / TPK, lg = lane % TPK;
+    const int c_b = p.cache_seqlens ? p.cache_seqlens[b] : p.Sk;
+    const int n_b = c_b + p.seqlen_new;
+    const int r0 = chunk * ROWS;
+    const int32_t *bt_b = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : NULL;
+    const int64_t unit_b = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
+
+    // the CTA's key range: the union of its rows' ranges (monotone in i), then this split's slice,
+    // in whole tiles so that slices meet at tile (and page) boundaries
+    int kb, ke;
+    {
+        int lo0, hi0, lo1, hi1;
+        const int r_last = min(p.rows, r0 + ROWS) - 1;
+        row_keys(p, r0 / p.group, n_b, &lo0, &hi0);
+        row_keys(p, r_last / p.group, n_b, &lo1, &hi1);
+        const int span = hi1 > lo0 ? hi1 - lo0 : 0;
+        const int per = (span + p.n_splits - 1) / p.n_splits;
+        const int per_t = (per + TILE - 1) / TILE * TILE;
+        kb = lo0 + split * per_t;
+        ke = min(hi1, kb + per_t);
+        if (kb > ke) kb = ke;
+    }
+
+    // my row after the reduce, its visible keys within [kb, ke), its ALiBi slope
+    const int my_r = lg * C / KPG, my_k0 = lg * C % KPG;
+    int my_lo = 0, my_hi = 0;
+    float my_slope = 0.f;
+    long long my_diag = 0;
+    if (r0 + my_r < p.rows) {
+        const int i = (r0 + my_r) / p.group, h = hk * p.group + (r0 + my_r) % p.group;
+        row_keys(p, i, n_b, &my_lo, &my_hi);
+        my_lo = max(my_lo, kb);
+        my_hi = min(my_hi, ke);
+        my_diag = (long long)i + n_b - p.Sq;
+        if (p.alibi) my_slope = p.alibi[b * p.alibi_bs + h];
+    }
+
+    // --- Q_i: my E dims of every row, rotated at c_b (+ i), times scale (* log2 e)
+    float qf[ROWS][E];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int rg = r0 + r;
+        const int i = rg / p.group, h = hk * p.group + rg % p.group;
+        const uint16_t *qrow = (const uint16_t *)p.q + b * p.q_bs + (int64_t)i * p.q_rs + (int64_t)h * p.q_hs;
+        const int64_t pos = (int64_t)c_b + (p.rot_q_per_row ? i : 0);
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int d = (v * TPK + lg) * 8 + e;
+                qf[r][v * 8 + e] = rg < p.rows && d < p.D ? rope_elem<T>(p, qrow, d, pos) * p.q_mul : 0.f;
+            }
+    }
+
+    // --- init: m_i = -inf, l_i = 0, O_i = 0 (Alg. 1 line 6); m and l of my row only
+    float m_i = -INFINITY, l_i = 0.f;
+    float acc[ROWS][E];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[r][e] = 0.f;
+
+    const uint16_t *kbase = (const uint16_t *)p.k + (int64_t)hk * p.k_hs + lg * 8;
+    const uint16_t *vbase = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + lg * 8;
+
+    // --- for each tile of TILE keys (line 7); my group's keys are j0 .. j0 + KPG - 1
+    // fast paths: my lane's slice of a row; a lane past the head dim (D < DP) reads dims 0..7 of the
+    // same row instead (valid memory; its Q_i is 0 and its O_i never stored)
+    const uint16_t *kl[NV], *vl[NV];
+#pragma unroll
+    for (int v = 0; v < NV; v++) {
+        const int d0 = (v * TPK + lg) * 8 < p.D ? (v * TPK + lg) * 8 : 0;
+        kl[v] = (const uint16_t *)p.k + (int64_t)hk * p.k_hs + d0;
+        vl[v] = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + d0;
+    }
+    const int unit32 = (int)unit_b;
+    constexpr int STAGE_SLOTS = KPG * NV * 2 * DEC_THREADS; // 16-byte slots per ring stage
+    const uint32_t ring = smem_u32(dsm) + threadIdx.x * 16;
+    const int n_tiles = (ke - kb + TILE - 1) / TILE;
+    uint4 kn[KPG][NV], vn[KPG][NV]; // PIPE 2: the next step's
+    if (PIPE == 2 && n_tiles > 0) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + grp * KPG, ke, kn, vn);
+    if (PIPE == 3) {
+#pragma unroll
+        for (int st = 0; st < DEC_STAGES - 1; st++) {
+            if (st < n_tiles)
+                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + st * TILE + grp * KPG, ke,
+                                            ring + st * STAGE_SLOTS * 16);
+            cp_async_commit();
+        }
+    }
+    for (int t = 0; t < n_tiles; t++) {
+        const int j0 = kb + t * TILE + grp * KPG;
+        uint4 kr[KPG][NV], vr[KPG][NV];
+        if (PIPE == 0) {
+            load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
+        } else if (PIPE == 1) {
+            load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0, ke, kr, vr);
+        } else if (PIPE == 2) {
+#pragma unroll
+            for (int k = 0; k < KPG; k++)
+#pragma unroll
+                for (int v = 0; v < NV; v++) kr[k][v] = kn[k][v], vr[k][v] = vn[k][v];
+            if (t + 1 < n_tiles) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + TILE, ke, kn, vn);
+        } else {
+            const int tn = t + DEC_STAGES - 1; // the step DEC_STAGES - 1 ahead, into the slot read last step
+            if (tn < n_tiles)
+                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + (DEC_STAGES - 1) * TILE, ke,
+                                            ring + (tn % DEC_STAGES) * STAGE_SLOTS * 16);
+            cp_async_commit();
+            cp_async_wait<DEC_STAGES - 1>(); // step t's group has landed
+            const uint4 *slot = dsm + (t % DEC_STAGES) * STAGE_SLOTS + threadIdx.x;
+#pragma unroll
+            for (int k = 0; k < KPG; k++)
+#pragma unroll
+                for (int v = 0; v < NV; v++) {
+                    kr[k][v] = slot[((k * NV + v) * 2) * DEC_THREADS];
+                    vr[k][v] = slot[((k * NV + v) * 2 + 1) * DEC_THREADS];
+                }
+        }
+
+        // S_ij = Q_i K_j^T (line 8): my lanes' partial sums, s[r * KPG + k]
+        float s[N];
+#pragma unroll
+        for (int k = 0; k < KPG; k++) {
+            float kf[E];
+#pragma unroll
+            for (int v = 0; v < NV; v++) unpack8<T>(kr[k][v], kf + 8 * v);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                float x = 0.f;
+#pragma unroll
+                for (int e = 0; e < E; e++) x = fmaf(qf[r][e], kf[e], x);
+                s[r * KPG + k] = x;
+            }
+        }
+        // transpose-reduce over the TPK lanes: after each level a lane keeps half the values
+        transpose_reduce<TPK / 2, N / 2>::run(s, lg);
+        // now s[c] is the score of row my_r, key j0 + my_k0 + c: softcap, ALiBi, mask
+        float mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const int j = j0 + my_k0 + c;
+            float x = s[c];
+            if (p.transform) {
+                if (p.softcap > 0.f) x = p.softcap * tanhf(x * p.inv_softcap);
+                x -= my_slope * fabsf((float)(my_diag - j));
+                x *= FLASHC_LOG2E;
+            }
+            s[c] = j >= my_lo && j < my_hi ? x : -INFINITY;
+            mx = fmaxf(mx, s[c]);
+        }
+        // m_new = max(m_i, rowmax(S)) (line 9) over the LPR lanes of my row
+#pragma unroll
+        for (int o = 1; o < LPR; o *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float m_new = fmaxf(m_i, mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new; // a row with no key yet: keep exp2 finite
+        const float alpha = ex2(m_i - m_use);
+        m_i = m_new;
+        // P_ij = exp2(S - m_new); l_i = alpha l_i + rowsum(P) (my lanes' part of the sum)
+        __syncwarp();
+        l_i *= alpha;
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const float pc = ex2(s[c] - m_use);
+            l_i += pc;
+            sP[grp][lg * C + c] = pc;
+        }
+        if (lg % LPR == 0) sP[grp][N + my_r] = alpha;
+        __syncwarp();
+        // O_i = diag(alpha) O_i + P_ij V_j (line 10), P and alpha as broadcast reads
+        float pr[N + ROWS];
+#pragma unroll
+        for (int x = 0; x < N + ROWS; x += 4) {
+            const float4 t4 = *(const float4 *)&sP[grp][x];
+            pr[x] = t4.x, pr[x + 1] = t4.y, pr[x + 2] = t4.z, pr[x + 3] = t4.w;
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[r][e] *= pr[N + r];
+#pragma unroll
+        for (int k = 0; k < KPG; k++) {
+            float vf[E];
+#pragma unroll
+            for (int v = 0; v < NV; v++) unpack8<T>(vr[k][v], vf + 8 * v);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[r][e] = fmaf(pr[r * KPG + k], vf[e], acc[r][e]);
+        }
+    }
+
+    if (PIPE == 3) cp_async_wait<0>(); // the empty groups committed past the last step
+
+    // --- merge the key groups: first (m, l) of every row to every lane of the group
+#pragma unroll
+    for (int o = 1; o < LPR; o *= 2) l_i += __shfl_xor_sync(0xffffffffu, l_i, o);
+    __syncwarp();
+    if (lg % LPR == 0) sML[grp][0][my_r] = m_i, sML[grp][1][my_r] = l_i;
+    __syncwarp();
+    float m[ROWS], l[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) m[r] = sML[grp][0][r], l[r] = sML[grp][1][r];
+    // the groups of a warp by shuffles, rescaled to their common max
+#pragma unroll
+    for (int o = TPK; o < 32; o *= 2)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[r], o), lo = __shfl_xor_sync(0xffffffffu, l[r], o);
+            const float M = fmaxf(m[r], mo), Mu = M == -INFINITY ? 0.f : M;
+            const float a = ex2(m[r] - Mu), ao = ex2(mo - Mu);
+            l[r] = l[r] * a + lo * ao;
+            m[r] = M;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[r][e] = acc[r][e] * a + __shfl_xor_sync(0xffffffffu, acc[r][e], o) * ao;
+        }
+    // the warps through shared memory
+    if (lane < TPK) {
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+            for (int v = 0; v < NV; v++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) sO[warp][r][(v * TPK + lg) * 8 + e] = acc[r][v * 8 + e];
+            if (lane == 0) sWML[warp][0][r] = m[r], sWML[warp][1][r] = l[r];
+        }
+    }
+    __syncthreads();
+
+    // --- O_i = O_i / l_i, L_i = m_i + log2(l_i) in natural log (lines 12-13); store or park the partial
+    for (int idx = threadIdx.x; idx < ROWS * DP; idx += DEC_THREADS) {
+        const int r = idx / DP, d = idx % DP, rg = r0 + r;
+        if (rg >= p.rows || d >= p.D) continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sWML[w][0][r]);
+        const float Mu = M == -INFINITY ? 0.f : M;
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float f = ex2(sWML[w][0][r] - Mu);
+            L += sWML[w][1][r] * f;
+            O += sO[w][r][d] * f;
+        }
+        const float out = L > 0.f ? O / L : 0.f;
+        const float lse = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : INFINITY; // a row with no key: +inf
+        const int i = rg / p.group, h = hk * p.group + rg % p.group;
+        if (p.n_splits == 1) {
+            ((uint16_t *)p.o)[b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d] = from_f32<T>(out);
+            if (p.lse && d == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = lse;
+        } else {
+            const int64_t row = (((int64_t)split * p.B + b) * p.Sq + i) * p.H + h;
+            p.part_o[row * p.D + d] = out;
+            if (d == 0) p.part_lse[(((int64_t)split * p.B + b) * p.H + h) * p.Sq + i] = lse;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// 3. the merge: lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s, one warp per row.
+// Weights in fp64 (the LSEs reach ~1e2 and more; an fp32 exp(lse_s - lse) would lose 1e-6 of
+// relative accuracy to the rounding of lse alone; the fp64 exp / log are calls and ptxas reports
+// 40 bytes of spills for them, harmless here). A part with lse_s = +/-inf saw no key: skipped,
+// its out not read. In place (out = part 0) is safe: a lane reads its elements of every part
+// before it writes them, and lse is written after a __syncwarp (all lanes have read it).
+
+__global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_params p) {
+    const int64_t n_rows = (int64_t)p.B * p.S * p.H;
+    const int64_t row = blockIdx.x * 4LL + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= n_rows) return;
+    const int h = (int)(row % p.H), s = (int)(row / p.H % p.S), b = (int)(row / p.H / p.S);
+    const int64_t l_off = ((int64_t)b * p.H + h) * p.S + s, l_step = (int64_t)p.B * p.H * p.S;
+    double mx = -INFINITY;
+    int nan = 0;
+    for (int sp = lane; sp < p.n_parts; sp += 32) {
+        const float x = p.lse_parts[sp * l_step + l_off];
+        nan |= isnan(x);
+        if (!isinf(x)) mx = fmax(mx, (double)x);
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double sum = 0.0;
+    for (int sp = lane; sp < p.n_parts; sp += 32) {
+        const float x = p.lse_parts[sp * l_step + l_off];
+        if (!isinf(x) && !isnan(x)) sum += exp((double)x - mx);
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        nan |= __shfl_xor_sync(0xffffffffu, nan, o);
+    }
+    const double L = nan ? (double)NAN : sum > 0.0 ? mx + log(sum) : (double)INFINITY;
+    const int64_t o_off = b * p.os[0] + s * p.os[1] + h * p.os[2];
+    const int64_t p_off = b * p.ps[1] + s * p.ps[2] + h * p.ps[3];
+    for (int d0 = lane * 4; d0 < p.D; d0 += 128) {
+        double acc[4] = {0, 0, 0, 0};
+        // 8 parts per round, their loads issued together: the rounds are latency-bound (a split-KV
+        // merge of B = 1 has only B * H warps on the whole GPU)
+        for (int sp0 = 0; sp0 < p.n_parts && sum > 0.0; sp0 += 8) {
+            float x[8], val[8][4];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int sp = sp0 + u;
+                x[u] = sp < p.n_parts ? p.lse_parts[sp * l_step + l_off] : INFINITY;
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    val[u][e] = !isinf(x[u]) && d0 + e < p.D
+                                    ? dt_load(p.parts, sp * p.ps[0] + p_off + d0 + e, p.part_dtype) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                if (isinf(x[u])) continue;
+                const double w = exp((double)x[u] - L);
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[e] += w * val[u][e];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (d0 + e < p.D) dt_store(p.out, o_off + d0 + e, p.out_dtype, (float)acc[e]);
+    }
+    __syncwarp(); // every lane has read lse_parts (lse may be part 0's) before lane 0 writes lse
+    if (p.lse && lane == 0) p.lse[l_off] = (float)L;
+}
+
+// ------------------------------------------------------------------------------------------------
+// host: the plan (rows per CTA, split count), launchers
+
+static int pad_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+
+// 8 rows per CTA when a kv group has that many (MQA, seqlen_q > 1), else 4; head_dim 256 always 4
+// (16 dims per lane: 8 rows would need ~256 registers of Q_i and O_i).
+static int rows_per_cta(const flashc_problem *p) {
+    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
+    return rows > 4 && pad_dim(p->D) < 256 ? 8 : 4;
+}
+
+typedef void (*dec_kernel_fn)(flashc_decode_params);
+
+typedef struct dec_kernel {
+    dec_kernel_fn fn;
+    int smem; // dynamic shared memory bytes
+} dec_kernel;
+
+// The pipe for the 4-row kernels of head_dim <= 128 on a fast-path cache: DEC_DEFAULT_PIPE, or
+// FLASHC_DECODE_PIPE=0|1|2|3 from the environment (a lab switch for A/B runs and tests in one process).
+// H200, 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 / 3 (copy: 4240):
+//   B 1:  kv 4k 582 / 703 / 724,     16k 1538 / 1682 / 1608,  64k 2809 / 3091 / 2892
+//   B 16: kv 4k 3354 / 3559 / 3344,  16k 3965 / 4265 / 4149,  64k 4179 / 4478 / 4390
+//   B 64: kv 4k 4042 / 3773 / 3720,  16k 4198 / 4107 / 4045,  64k 4251 / 4203 / 4428
+// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 is best or within 7% everywhere.
+#define DEC_DEFAULT_PIPE 2
+
+static int fast_pipe(void) {
+    const char *env = getenv("FLASHC_DECODE_PIPE");
+    return env && env[0] >= '0' && env[0] <= '3' ? env[0] - '0' : DEC_DEFAULT_PIPE;
+}
+
+template <typename T, int DP>
+static dec_kernel ring_kernel(void) {
+    static int ready = 0; // the > 48 KB of dynamic shared memory is allowed once
+    const int smem = dec_ring_smem<DP, 4>();
+    dec_kernel k = {flashc_decode_kernel<T, DP, 4, 3>, smem};
+    if (!ready) {
+        if (cudaFuncSetAttribute(flashc_decode_kernel<T, DP, 4, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess) {
+            cudaGetLastError();
+            k.fn = NULL;
+            return k;
+        }
+        ready = 1;
+    }
+    return k;
+}
+
+template <typename T>
+static dec_kernel pick_kernel(int Dp, int rows, int fast) {
+    dec_kernel k = {NULL, 0};
+    const int pipe = fast_pipe();
+    if (fast && rows == 4 && Dp <= 128 && pipe > 0) {
+        if (pipe == 3) k = Dp == 64 ? ring_kernel<T, 64>() : ring_kernel<T, 128>();
+        else if (pipe == 2) k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
+        else k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
+        if (k.fn) return k;
+    }
+    if (Dp == 64) k.fn = rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
+    else if (Dp == 128) k.fn = rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
+    else k.fn = flashc_decode_kernel<T, 256, 4, 0>;
+    return k;
+}
+
+static int kv_vec_ok(const flashc_problem *p, const void *k, const void *v) {
+    return ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0 && p->k_stride[0] % 8 == 0 &&
+           p->k_stride[1] % 8 == 0 && p->k_stride[2] % 8 == 0 && p->v_stride[0] % 8 == 0 && p->v_stride[1] % 8 == 0 &&
+           p->v_stride[2] % 8 == 0;
+}
+
+// The fast paths: 16-byte access and every K / V stride (and the cache row index) within int32.
+static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
+    const int64_t lim = INT32_MAX;
+    for (int i = 0; i < 3; i++)
+        if (p->k_stride[i] > lim || p->v_stride[i] > lim) return 0;
+    return kv_vec_ok(p, k, v);
+}
+
+static dec_kernel decode_kernel(const flashc_problem *p, int kv_vec) {
+    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(pad_dim(p->D), rows_per_cta(p), kv_vec)
+                                         : pick_kernel<__half>(pad_dim(p->D), rows_per_cta(p), kv_vec);
+}
+
+// Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
+// resident slots (occupancy x SMs): the smallest count within 85% of the best wave efficiency
+// waves / ceil(waves) (FlashAttention-2's num_splits_heuristic), each split >= DEC_MIN_SPLIT_KEYS
+// keys of the capacity. The workspace size may depend on the description only (not on
+// cache_seqlens, nor on the tensors' alignment), so the plan always takes the occupancy of the
+// kernel an aligned cache runs; an unaligned one runs the register kernel on the same plan.
+static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
+    if (a->num_splits > 0) return a->num_splits;
+    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
+    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
+    const dec_kernel k = decode_kernel(p, 1);
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
+        occ < 1) {
+        cudaGetLastError();
+        occ = 1;
+    }
+    const int64_t slots = (int64_t)sm_count * occ;
+    int max_s = (int)((p->Sk + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
+    if (max_s > DEC_MAX_SPLITS) max_s = DEC_MAX_SPLITS;
+    if (max_s < 1) max_s = 1;
+    double eff[DEC_MAX_SPLITS + 1], best = 0.0;
+    for (int s = 1; s <= max_s; s++) {
+        const double waves = (double)(items * s) / (double)slots;
+        eff[s] = waves / ceil(waves);
+        if (eff[s] > best) best = eff[s];
+    }
+    for (int s = 1; s <= max_s; s++)
+        if (eff[s] >= 0.85 * best) return s;
+    return max_s;
+}
+
+static size_t ws_bytes(const flashc_problem *p, int n_splits) {
+    if (n_splits <= 1) return 0;
+    const size_t rows = (size_t)p->B * (size_t)p->Sq * (size_t)p->H;
+    const size_t o_bytes = ((size_t)n_splits * rows * (size_t)p->D * sizeof(float) + 255) & ~(size_t)255;
+    return o_bytes + (size_t)n_splits * rows * sizeof(float);
+}
+
+size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
+    return p->Sq > 0 ? ws_bytes(p, plan_splits(p, a, sm_count)) : 0;
+}
+
+static void fast_div_init(uint32_t d, uint32_t *magic, uint32_t *shift) {
+    uint32_t s = 0;
+    while ((1ull << s) < d) s++;
+    *magic = (uint32_t)((((1ull << 32) * ((1ull << s) - d)) / d) + 1);
+    *shift = s;
+}
+
+cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
+    cudaStream_t stream = (cudaStream_t)a->stream;
+    flashc_decode_params P;
+    memset(&P, 0, sizeof P);
+    P.B = p->B, P.Sq = p->Sq, P.H = p->H, P.H_kv = p->H_kv, P.group = p->group, P.D = p->D;
+    P.Sk = p->Sk;
+    P.seqlen_new = a->seqlen_new;
+    P.cache_seqlens = a->cache_seqlens;
+    P.cache_batch_idx = p->cache_batch_idx;
+    P.block_table = p->block_table;
+    P.bt_stride = p->block_table_stride;
+    P.page_size = p->page_size, P.num_pages = p->num_pages;
+    if (p->block_table) fast_div_init((uint32_t)p->page_size, &P.page_magic, &P.page_shift);
+    P.q = a->q, P.q_bs = p->q_stride[0], P.q_rs = p->q_stride[1], P.q_hs = p->q_stride[2];
+    P.k = a->k_cache, P.k_bs = p->k_stride[0], P.k_rs = p->k_stride[1], P.k_hs = p->k_stride[2];
+    P.v = a->v_cache, P.v_bs = p->v_stride[0], P.v_rs = p->v_stride[1], P.v_hs = p->v_stride[2];
+    P.k_new = a->k_new, P.kn_bs = a->knew_stride[0], P.kn_rs = a->knew_stride[1], P.kn_hs = a->knew_stride[2];
+    P.v_new = a->v_new, P.vn_bs = a->vnew_stride[0], P.vn_rs = a->vnew_stride[1], P.vn_hs = a->vnew_stride[2];
+    P.o = a->o, P.o_bs = p->o_stride[0], P.o_rs = p->o_stride[1], P.o_hs = p->o_stride[2];
+    P.lse = a->lse;
+    P.rot_cos = a->rotary_cos, P.rot_sin = a->rotary_sin;
+    P.rot_dim = a->rotary_dim, P.rot_interleaved = a->rotary_interleaved, P.rot_q_per_row = a->rotary_q_per_row;
+    P.transform = p->softcap > 0.f || p->alibi_slopes != NULL;
+    P.q_mul = P.transform ? p->scale : p->scale * FLASHC_LOG2E;
+    P.softcap = p->softcap;
+    P.inv_softcap = p->softcap > 0.f ? 1.f / p->softcap : 0.f;
+    P.alibi = p->alibi_slopes, P.alibi_bs = p->alibi_batch_stride;
+    P.window_left = p->window_left, P.window_right = p->window_right;
+    P.kv_vec = kv_vec_ok(p, a->k_cache, a->v_cache);
+    const int fast = kv_fast_ok(p, a->k_cache, a->v_cache);
+    if (fast) {
+        P.k_bs32 = (int)p->k_stride[0], P.k_rs32 = (int)p->k_stride[1];
+        P.v_bs32 = (int)p->v_stride[0], P.v_rs32 = (int)p->v_stride[1];
+    }
+
+    // 1. the append, before the attention reads the cache (same stream)
+    if (a->seqlen_new > 0) {
+        const int64_t n = (int64_t)p->B * a->seqlen_new * p->H_kv * p->D;
+        const int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+        if (p->dtype == FLASHC_DTYPE_BF16) flashc_decode_append_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(P);
+        else flashc_decode_append_kernel<__half><<<blocks, 256, 0, stream>>>(P);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    if (p->Sq == 0) return cudaSuccess;
+
+    // 2. the attention, split-KV
+    const int R = rows_per_cta(p);
+    P.rows = p->group * p->Sq;
+    P.row_chunks = (P.rows + R - 1) / R;
+    P.n_splits = plan_splits(p, a, sm_count);
+    if (P.n_splits > 1) {
+        const size_t rows = (size_t)p->B * (size_t)p->Sq * (size_t)p->H;
+        P.part_o = (float *)a->ws;
+        P.part_lse = (float *)((char *)a->ws + (((size_t)P.n_splits * rows * (size_t)p->D * sizeof(float) + 255) &
+                                                ~(size_t)255));
+    }
+    dim3 grid((unsigned)(P.row_chunks * P.n_splits), (unsigned)p->H_kv, (unsigned)p->B);
+    const dec_kernel k = decode_kernel(p, fast);
+    k.fn<<<grid, DEC_THREADS, k.smem, stream>>>(P);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || P.n_splits == 1) return e;
+
+    // 3. the merge of the splits' partials into o and lse
+    flashc_merge_problem m;
+    memset(&m, 0, sizeof m);
+    m.n_parts = P.n_splits, m.B = p->B, m.S = p->Sq, m.H = p->H, m.D = p->D;
+    m.part_dtype = FLASHC_DTYPE_F32, m.out_dtype = p->dtype;
+    const int64_t HD = (int64_t)p->H * p->D;
+    m.part_stride[0] = (int64_t)p->B * p->Sq * HD, m.part_stride[1] = (int64_t)p->Sq * HD, m.part_stride[2] = HD;
+    m.part_stride[3] = p->D;
+    memcpy(m.out_stride, p->o_stride, sizeof m.out_stride);
+    flashc_merge_args ma = {P.part_o, P.part_lse, a->o, a->lse, a->stream};
+    return flashc__cuda_merge(&m, &ma);
+}
+
+cudaError_t flashc__cuda_merge(const flashc_merge_problem *m, const flashc_merge_args *a) {
+    flashc_merge_params P;
+    memset(&P, 0, sizeof P);
+    P.n_parts = m->n_parts, P.B = m->B, P.S = m->S, P.H = m->H, P.D = m->D;
+    P.parts = a->out_parts, P.part_dtype = m->part_dtype;
+    memcpy(P.ps, m->part_stride, sizeof P.ps);
+    P.lse_parts = a->lse_parts;
+    P.out = a->out, P.out_dtype = m->out_dtype;
+    memcpy(P.os, m->out_stride, sizeof P.os);
+    P.lse = a->lse;
+    const int64_t rows = (int64_t)m->B * m->S * m->H;
+    if (rows == 0) return cudaSuccess;
+    flashc_merge_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, (cudaStream_t)a->stream>>>(P);
+    return cudaGetLastError();
+}

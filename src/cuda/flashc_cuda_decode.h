@@ -1,0 +1,21 @@
+// flashc_cuda_decode.h -- the CUDA KV-cache (decode) path and the merge, as flashc_cuda.cu calls
+// them: plain functions of the validated problem that return a cudaError_t (flashc_cuda.cu turns it
+// into a status and a message). Kernels and launchers in flashc_cuda_decode.cu.
+#ifndef FLASHC_CUDA_DECODE_H
+#define FLASHC_CUDA_DECODE_H
+
+#include <cuda_runtime.h>
+
+#include "flashc_internal.h"
+
+// Workspace bytes of flashc_fwd_kvcache: the fp32 split partials (0 when one split suffices).
+FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count);
+
+// Append k_new / v_new (rotated) at c_b, then attention of q (rotated) over the first c_b +
+// seqlen_new keys, split-KV into a->ws and merged when the split count is > 1.
+FLASHC_INTERNAL cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count);
+
+// flashc_merge on device tensors.
+FLASHC_INTERNAL cudaError_t flashc__cuda_merge(const flashc_merge_problem *m, const flashc_merge_args *a);
+
+#endif // FLASHC_CUDA_DECODE_H
