@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""bench_bwd.py -- the backward alone: flashc's sm_90a wgmma kernel, flashc's mma.sync kernel
-(FLASHC_CUDA_SM90=0 in a second context), SDPA FLASH and SDPA CUDNN, on the same inputs, in one
+"""bench_bwd.py -- the backward alone: flashc as dispatched (on an H200 the sm_90a wgmma kernel for
+head dim 128, the mma.sync kernel otherwise), flashc's mma.sync kernel (FLASHC_CUDA_SM90=0 in a
+second context), SDPA FLASH and SDPA CUDNN, on the same inputs, in one
 process. Shapes, FLOPs and timing as bench/bench_gpu.py (whose helpers it imports): bf16, hidden
 2048, B * S = 16k, backward FLOPs = 2.5 x forward. Prints one line per shape with TFLOP/s and the
 max |flashc - SDPA FLASH| of dq, dk, dv for both flashc paths; --out writes JSON lines.

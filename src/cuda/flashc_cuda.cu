@@ -210,12 +210,12 @@ static bwd_launch_fn bwd_launcher(flashc_dtype t, int Dp) {
          : Dp == 128 ? flashc_cuda_bwd_launch<__half, 128> : flashc_cuda_bwd_launch<__half, 256>;
 }
 
-// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 64 and 128; NULL for the others.
+// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 128 (SM90_BWD_DIMS in gen_inst.py);
+// NULL for the others. At D = 64 it was slower than the mma.sync kernel; D = 256 needs another
+// tiling (dK_j, dV_j of 64 keys x 256 do not fit one warpgroup's registers).
 static bwd_launch_fn bwd_sm90_launcher(flashc_dtype t, int Dp) {
-    if (Dp != 64 && Dp != 128) return NULL;
-    if (t == FLASHC_DTYPE_BF16)
-        return Dp == 64 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 64> : flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128>;
-    return Dp == 64 ? flashc_cuda_bwd_sm90_launch<__half, 64> : flashc_cuda_bwd_sm90_launch<__half, 128>;
+    if (Dp != 128) return NULL;
+    return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
 }
 
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {

@@ -1,7 +1,10 @@
 // flashc_sm90_bwd.cuh -- the Hopper (sm_90a) backward: dK_j, dV_j and dQ_i by wgmma.
 // Included by the generated inst/flashc_bwd_hd*_*_sm90a.cu files only (built for sm_90a alone);
 // flashc_cuda.cu sends a backward here only on a 9.0 device, in the atomic (non-deterministic)
-// mode, with 16-byte aligned tensors and head dim 64 or 128. Everything else runs the mma.sync
+// mode, with 16-byte aligned tensors and head dim 128 (padded: 72..128). The kernel is also
+// correct for D = 64 (the full CUDA test sweep passed with it), but there it ran at 0.80-0.87x of
+// the mma.sync kernel (exp and dQ atomics are a larger share at D = 64 and nothing overlaps them
+// with the wgmma), so D = 64 is not instantiated. Everything else runs the mma.sync
 // kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion this path calls
 // (instantiated in the plain inst/ files, so that no kernel is compiled twice for different archs).
 //
@@ -204,26 +207,32 @@ static __device__ __forceinline__ void sm90_p_ds(float (&S)[32], float (&dP)[32]
 // the kernel: one CTA per (key block, batch, kv head), 2 warpgroups
 
 #define FLASHC_SM90_BWD_BM 64
-#define FLASHC_SM90_BWD_BN 128
 
-// Shared memory (bytes, from a 1024-aligned base): K_j, V_j [BN x D]; Q_i, dO_i [2][BM x D];
-// dS^T [BN x BM]; lse2_i, D_i [2][BM] fp32; plus 1024 for the alignment.
-static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D) {
-    return 2 * FLASHC_SM90_BWD_BN * D * 2 + 4 * FLASHC_SM90_BWD_BM * D * 2 + FLASHC_SM90_BWD_BN * FLASHC_SM90_BWD_BM * 2 +
+// Shared memory (bytes, from a 1024-aligned base) with NWG warpgroups (BN = 64 NWG keys):
+// K_j, V_j [BN x D]; Q_i, dO_i [2][BM x D]; dS^T [BN x BM]; lse2_i, D_i [2][BM] fp32; + 1024 to align.
+static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG) {
+    return 2 * 64 * NWG * D * 2 + 4 * FLASHC_SM90_BWD_BM * D * 2 + 64 * NWG * FLASHC_SM90_BWD_BM * 2 +
            4 * FLASHC_SM90_BWD_BM * 4 + 1024;
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256, 1) flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p) {
+// NWG = 2: 256 threads, BN = 128, one CTA per SM (250 registers at D = 128). NWG = 1: 128 threads,
+// BN = 64, two CTAs per SM (their independent phases could overlap one's exp / atomics with the
+// other's wgmma); it passed the same tests but ran 0.6-0.8x as fast (launcher), so it is unused.
+template <typename T, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = FLASHC_SM90_BWD_BM, BN = FLASHC_SM90_BWD_BN, NTHREADS = 256;
+    constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64 * NWG, NTHREADS = 128 * NWG;
     constexpr bool BF16 = flashc_is_bf16<T>::value;
-    constexpr bool SPLIT_N = D >= 128;  // dQ: warpgroups split the columns (D = 128) or the keys (D = 64)
+    // dQ_i: with 2 warpgroups and D = 128, warpgroup w adds columns 64w.. over all BN keys
+    // (ALLKEYS); otherwise each warpgroup adds D / 64 column blocks, one after another, over its own
+    // 64 keys
+    constexpr bool ALLKEYS = NWG == 2 && D >= 128;
+    constexpr int NQH = ALLKEYS ? 1 : D / 64;
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + 2 * TILE_Q;
     constexpr int OFF_DS = OFF_DO + 2 * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + 2 * BM * 4;
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(OFF_L + 4 * BM * 4 + 1024 == flashc_sm90_bwd_smem(D), "smem layout");
+    static_assert(OFF_L + 4 * BM * 4 + 1024 == flashc_sm90_bwd_smem(D, NWG), "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
 
     const uint32_t raw = smem_u32(flashc_smem);
@@ -349,36 +358,41 @@ __global__ void __launch_bounds__(256, 1) flashc_bwd_sm90_kernel(const __grid_co
 #pragma unroll
             for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sw128_desc(sQs + k4 * 2048, BM * 128, 1024));
             wgmma_commit();
-            __syncthreads(); // dS^T of both warpgroups is in shared memory
+            __syncthreads(); // dS^T of every warpgroup is in shared memory
 
-            // dQ_i += dS K_j                           (line 15)
-            float dQ[32];
-            wgmma_fence();
-            if (SPLIT_N) {
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    wgmma_ss_m64n64<BF16, 1, 1>(dQ, sw128_desc(sdS + kk * 2048, BN * 128, 1024),
-                                                sw128_desc(sK + wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
-            } else {
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    wgmma_ss_m64n64<BF16, 1, 1>(dQ, sw128_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
-                                                sw128_desc(sK + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_reg_fence(dQ);
-            wgmma_reg_fence(dK);
-            wgmma_reg_fence(dV);
+            // dQ_i += dS K_j                           (line 15), 64 columns (block cb) at a time
             float *acc = p.dq_acc + (ws_row(p, b, h, s) + mm0) * (int64_t)D; // padded rows absorb i >= sq
-            const int col0 = (SPLIT_N ? wg * 64 : 0) + 2 * c;
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int qh = 0; qh < NQH; qh++) {
+                const int cb = ALLKEYS ? wg : qh;
+                float dQ[32];
+                wgmma_fence();
+                if (ALLKEYS) {
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    float *dst = acc + (wl * 16 + g + 8 * hh) * D + col0 + 8 * j;
-                    atomicAdd((float2 *)dst, make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]));
+                    for (int kk = 0; kk < BN / 16; kk++)
+                        wgmma_ss_m64n64<BF16, 1, 1>(dQ, sw128_desc(sdS + kk * 2048, BN * 128, 1024),
+                                                    sw128_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        wgmma_ss_m64n64<BF16, 1, 1>(
+                            dQ, sw128_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
+                            sw128_desc(sK + cb * (BN * 128) + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
                 }
+                wgmma_commit();
+                wgmma_wait<0>();
+                wgmma_reg_fence(dQ);
+                wgmma_reg_fence(dK);
+                wgmma_reg_fence(dV);
+                const int col0 = cb * 64 + 2 * c;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        float *dst = acc + (wl * 16 + g + 8 * hh) * D + col0 + 8 * j;
+                        atomicAdd((float2 *)dst, make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]));
+                    }
+            }
         }
     }
 
@@ -404,20 +418,28 @@ __global__ void __launch_bounds__(256, 1) flashc_bwd_sm90_kernel(const __grid_co
 #endif
 }
 
+template <typename T, int D, int NWG>
+static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, cudaStream_t stream) {
+    constexpr int smem = flashc_sm90_bwd_smem(D, NWG), BN = 64 * NWG;
+    const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    void (*k)(const flashc_bwd_params) = flashc_bwd_sm90_kernel<T, D, NWG>;
+    cudaError_t e;
+    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
+    if (blocks) k<<<(unsigned)blocks, 128 * NWG, smem, stream>>>(*p);
+    return cudaGetLastError();
+}
+
 // dQ_acc zero and pre-pass, the kernel above, dQ conversion (flashc_cuda_bwd.cuh).
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream) {
-    constexpr int smem = flashc_sm90_bwd_smem(D);
     p->D_pad = D;
     if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
     cudaError_t e;
     if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
-    const long long blocks = (long long)((p->a.Sk + FLASHC_SM90_BWD_BN - 1) / FLASHC_SM90_BWD_BN) * p->a.B * p->a.H_kv;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    void (*k)(const flashc_bwd_params) = flashc_bwd_sm90_kernel<T, D>;
-    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-    if (blocks) k<<<(unsigned)blocks, 256, smem, stream>>>(*p);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
+    // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
+    if ((e = flashc_cuda_bwd_sm90_main<T, D, 2>(p, stream)) != cudaSuccess) return e;
     return flashc_cuda_bwd_finish<T, D>(p, stream);
 }
 
