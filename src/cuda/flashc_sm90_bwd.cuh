@@ -33,7 +33,10 @@
 #include "flashc_cuda_common.cuh"
 
 // ------------------------------------------------------------------------------------------------
-// wgmma and proxy fences (HOPPER-NOTES 1.2-1.4); compiled only in the sm_90a pass
+// wgmma and proxy fences (HOPPER-NOTES 1.2-1.4); compiled only in the sm_90a pass. The same PTX as
+// flashc_sm90.cuh of the wgmma forward (written in parallel): fold these into it when both meet
+// (the names wgmma_fence / wgmma_commit / wgmma_wait collide); its wgmma_ss then also needs the
+// transposed form (tnspA = tnspB = 1) that the dQ product below uses.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
