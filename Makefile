@@ -13,8 +13,11 @@ VERSION := $(shell awk '/define FLASHC_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%
 PREFIX  ?= /usr/local
 BUILD   ?= build
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-# sm_80 and sm_90 SASS, plus sm_90a for the Hopper-only kernels once there are any.
+# sm_80 and sm_90 SASS for every kernel; the Hopper-only kernels get sm_90a (below).
 GPU_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
+# Files named *_sm90a.cu hold Hopper-only (wgmma) kernels: built for sm_90a alone (a compute_90
+# pass rejects wgmma; HOPPER-NOTES section 0); the host dispatches to them only on a 9.0 device.
+SM90A_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 
 CFLAGS_BASE = -std=c11 -O3 -g -Wall -Wextra -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L \
               -DFLASHC_BUILD -Iinclude -Isrc
@@ -60,6 +63,8 @@ $(BUILD)/%_avx2.o: %_avx2.c $(HDRS)
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%_sm90a.o: GPU_ARCH = $(SM90A_ARCH)
 
 $(BUILD)/%.o: %.cu $(HDRS)
 	@mkdir -p $(dir $@)

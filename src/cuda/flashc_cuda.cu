@@ -20,6 +20,7 @@ typedef struct flashc_cuda_priv {
     int smem_optin;   // max dynamic shared memory per block (bytes)
     int cc_major, cc_minor;
     int debug_sync;   // FLASHC_DEBUG_SYNC set
+    int sm90a;        // a 9.0 device (the sm_90a kernels run) and FLASHC_CUDA_SM90 is not "0"
 } flashc_cuda_priv;
 
 static flashc_status cuda_fail(flashc_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
@@ -72,6 +73,9 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     }
     const char *env = getenv("FLASHC_DEBUG_SYNC");
     pv->debug_sync = env && env[0] && env[0] != '0';
+    // FLASHC_CUDA_SM90=0 keeps a Hopper on the mma.sync kernels (to compare the two paths)
+    env = getenv("FLASHC_CUDA_SM90");
+    pv->sm90a = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -207,6 +211,14 @@ static bwd_launch_fn bwd_launcher(flashc_dtype t, int Dp) {
          : Dp == 128 ? flashc_cuda_bwd_launch<__half, 128> : flashc_cuda_bwd_launch<__half, 256>;
 }
 
+// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 128 (SM90_BWD_DIMS in gen_inst.py);
+// NULL for the others. At D = 64 it was slower than the mma.sync kernel; D = 256 needs another
+// tiling (dK_j, dV_j of 64 keys x 256 do not fit one warpgroup's registers).
+static bwd_launch_fn bwd_sm90_launcher(flashc_dtype t, int Dp) {
+    if (Dp != 128) return NULL;
+    return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
+}
+
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     (void)ctx;
     (void)p;
@@ -301,7 +313,13 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.dq_acc = p->deterministic ? NULL : (float *)((char *)a->ws + oq);
     P.deterministic = p->deterministic;
     cudaStream_t stream = (cudaStream_t)a->stream;
-    FLASHC_CUDA_TRY(ctx, bwd_launcher(p->dtype, padded_head_dim(p->D))(&P, stream));
+    // Hopper: the wgmma kernel for the atomic mode with 16-byte aligned tensors (it loads only by
+    // 16-byte cp.async) and the head dims it is built for; everything else the mma.sync kernels.
+    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    bwd_launch_fn launch = NULL;
+    if (pv->sm90a && !p->deterministic && P.a.aligned) launch = bwd_sm90_launcher(p->dtype, padded_head_dim(p->D));
+    if (!launch) launch = bwd_launcher(p->dtype, padded_head_dim(p->D));
+    FLASHC_CUDA_TRY(ctx, launch(&P, stream));
     if (p->varlen) {
         FLASHC_CUDA_TRY(ctx, zero_rows(a->dq, p->dq_stride, p->cu_q_host[0], p->H, p->D, NULL, 0, stream));
         FLASHC_CUDA_TRY(ctx, zero_rows(a->dk, p->dk_stride, p->cu_k_host[0], p->H_kv, p->D, NULL, 0, stream));

@@ -617,6 +617,32 @@ static inline cudaError_t flashc_cuda_grid(long long blocks, unsigned *out) {
     return cudaSuccess;
 }
 
+// Before the main kernel (any backward kernel, also flashc_sm90_bwd.cuh): zero dq_acc (atomic mode,
+// D_pad = D floats per row) and write D_i and lse2_i for rows 0 .. round_up(sq, 128) - 1, 64 rows per CTA.
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_prepass(flashc_bwd_params *p, cudaStream_t stream) {
+    const long long BH = (long long)p->a.B * p->a.H;
+    unsigned grid;
+    cudaError_t e;
+    if (!p->deterministic) {
+        e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->ws_rows * D * sizeof(float), stream);
+        if (e != cudaSuccess) return e;
+    }
+    if ((e = flashc_cuda_grid((long long)((p->a.Sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD) * (FLASHC_WS_PAD / 64) * BH, &grid)) != cudaSuccess) return e;
+    if (grid) flashc_bwd_dot_do_o_kernel<T, D><<<grid, 128, 0, stream>>>(*p);
+    return cudaGetLastError();
+}
+
+// After the main kernel in atomic mode: dq = scale * dq_acc.
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_finish(flashc_bwd_params *p, cudaStream_t stream) {
+    unsigned grid;
+    cudaError_t e;
+    if ((e = flashc_cuda_grid((long long)((p->a.Sq + 7) / 8) * p->a.B * p->a.H, &grid)) != cudaSuccess) return e;
+    if (grid) flashc_bwd_convert_dq_kernel<T><<<grid, 256, 0, stream>>>(*p);
+    return cudaGetLastError();
+}
+
 template <typename T, int D, int BM, int BN, int NWARPS, int STAGES, int WM_S, int WN_KV, int WM_Q, int QBM, int QBN,
           int QNWARPS>
 cudaError_t flashc_cuda_bwd_run(flashc_bwd_params *p, cudaStream_t stream) {
@@ -629,14 +655,7 @@ cudaError_t flashc_cuda_bwd_run(flashc_bwd_params *p, cudaStream_t stream) {
     unsigned grid;
     cudaError_t e;
 
-    if (!p->deterministic) {
-        e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->ws_rows * D * sizeof(float), stream);
-        if (e != cudaSuccess) return e;
-    }
-    // D_i and lse2_i for rows 0 .. round_up(sq, 128) - 1, 64 rows per CTA
-    if ((e = flashc_cuda_grid((long long)((p->a.Sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD) * (FLASHC_WS_PAD / 64) * BH, &grid)) != cudaSuccess) return e;
-    if (grid) flashc_bwd_dot_do_o_kernel<T, D><<<grid, 128, 0, stream>>>(*p);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
 
     // dK, dV (and dQ_acc)
     void (*dkdv)(const flashc_bwd_params) = flashc_bwd_dkdv_kernel<T, D, BM, BN, NWARPS, STAGES, WM_S, WN_KV, WM_Q>;
@@ -650,11 +669,9 @@ cudaError_t flashc_cuda_bwd_run(flashc_bwd_params *p, cudaStream_t stream) {
         if ((e = cudaFuncSetAttribute(dqk, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
         if ((e = flashc_cuda_grid((long long)((p->a.Sq + QBM - 1) / QBM) * BH, &grid)) != cudaSuccess) return e;
         if (grid) dqk<<<grid, QNWARPS * 32, smem_dq, stream>>>(*p);
-    } else {
-        if ((e = flashc_cuda_grid((long long)((p->a.Sq + 7) / 8) * BH, &grid)) != cudaSuccess) return e;
-        if (grid) flashc_bwd_convert_dq_kernel<T><<<grid, 256, 0, stream>>>(*p);
+        return cudaGetLastError();
     }
-    return cudaGetLastError();
+    return flashc_cuda_bwd_finish<T, D>(p, stream);
 }
 
 template <typename T, int D>

@@ -88,6 +88,15 @@ template <typename T, int D>
 cudaError_t flashc_cuda_fwd_launch(flashc_fwd_params *p, cudaStream_t stream);
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_launch(flashc_bwd_params *p, cudaStream_t stream);
+// The backward's pre-pass (dq_acc zero, D_i, lse2_i) and dQ conversion, shared by both backward
+// paths and instantiated with flashc_cuda_bwd_launch; the sm_90a wgmma backward (flashc_sm90_bwd.cuh,
+// instantiated in inst/*_sm90a.cu, run only on a 9.0 device).
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_prepass(flashc_bwd_params *p, cudaStream_t stream);
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_finish(flashc_bwd_params *p, cudaStream_t stream);
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream);
 
 // ------------------------------------------------------------------------------------------------
 // per-sequence view and the mask (device twins of flashc__seq and flashc__key_range)

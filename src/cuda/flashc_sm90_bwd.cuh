@@ -1,0 +1,449 @@
+// flashc_sm90_bwd.cuh -- the Hopper (sm_90a) backward: dK_j, dV_j and dQ_i by wgmma.
+// Included by the generated inst/flashc_bwd_hd*_*_sm90a.cu files only (built for sm_90a alone);
+// flashc_cuda.cu sends a backward here only on a 9.0 device, in the atomic (non-deterministic)
+// mode, with 16-byte aligned tensors and head dim 128 (padded: 72..128). The kernel is also
+// correct for D = 64 (the full CUDA test sweep passed with it), but there it ran at 0.80-0.87x of
+// the mma.sync kernel (exp and dQ atomics are a larger share at D = 64 and nothing overlaps them
+// with the wgmma), so D = 64 is not instantiated. Everything else runs the mma.sync
+// kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion this path calls
+// (instantiated in the plain inst/ files, so that no kernel is compiled twice for different archs).
+//
+// One CTA per (key block K_j of BN = 128 rows, batch, kv head), 2 warpgroups (256 threads), each
+// owning 64 keys of the block and, in registers, their dK_j and dV_j rows (64 x D fp32 each). The
+// CTA walks the query blocks Q_i (BM = 64 rows, and the query heads of its GQA group), Q_i, dO_i,
+// lse2_i, D_i double-buffered in shared memory by cp.async. Per step and warpgroup w:
+//   S_ij^T  = K_w Q_i^T      wgmma SS m64n64, both K-major              (Alg. 2 line 10)
+//   dP_ij^T = V_w dO_i^T     wgmma SS m64n64                            (line 12)
+//   P^T = exp2(S^T scale log2e - lse2_i), dS^T = P^T (dP^T - D_i)       (lines 11, 14)
+//     computed transposed so that the accumulator already is the A operand of the next two:
+//     the m64nNk16 A-register layout equals the accumulator layout (HOPPER-NOTES 1.7), no moves
+//   dV_w   += P^T dO_i       wgmma RS m64nD, dO_i N-major (tnspB)       (line 13)
+//   dK_w   += dS^T Q_i       wgmma RS m64nD, Q_i N-major                (line 16)
+//   dQ_i   += dS_ij K_j      wgmma SS m64n64, dS^T through shared memory as an M-major A,
+//                            K_j N-major; fp32 atomics into dq_acc      (line 15)
+//     D = 128: warpgroup w adds columns 64w..64w+63 over all 128 keys (dS^T of both warpgroups);
+//     D = 64:  warpgroup w adds all 64 columns over its own 64 keys (no N split inside a swizzle
+//              row), twice the atomics but the same m64n64 shape.
+// Shared-memory tiles use the 128-byte swizzle of wgmma (HOPPER-NOTES 2.2, 8.4): a ROWS x D tile
+// is D / 64 column blocks of ROWS x 64 elements, 128 bytes per row, 16-byte chunk j of row r at
+// chunk j ^ (r & 7); every tile starts on a 1024-byte boundary, so base_offset stays 0.
+#ifndef FLASHC_SM90_BWD_CUH
+#define FLASHC_SM90_BWD_CUH
+
+#include "flashc_cuda_common.cuh"
+
+// ------------------------------------------------------------------------------------------------
+// wgmma and proxy fences (HOPPER-NOTES 1.2-1.4); compiled only in the sm_90a pass. The same PTX as
+// flashc_sm90.cuh of the wgmma forward (written in parallel): fold these into it when both meet
+// (the names wgmma_fence / wgmma_commit / wgmma_wait collide); its wgmma_ss then also needs the
+// transposed form (tnspA = tnspB = 1) that the dQ product below uses.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+static __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Generic-proxy writes to shared memory (cp.async, st.shared) -> visible to wgmma (async proxy).
+static __device__ __forceinline__ void fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
+template <int N>
+static __device__ __forceinline__ void wgmma_reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle (HOPPER-NOTES 2.1): start, LBO, SBO in bytes.
+static __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+// D (64 x 64, fp32) (+)= A B, A and B from shared memory (descriptors); TA / TB = 1: M- / N-major.
+template <bool BF16, int TA, int TB>
+static __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+    if (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+// D (64 x 64, fp32) += A B, A (64 x 16) from registers, B N-major in shared memory.
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    if (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// D (64 x 128, fp32) += A B, A (64 x 16) from registers, B N-major in shared memory.
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+    if (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+template <typename T>
+struct flashc_is_bf16 {
+    static constexpr bool value = false;
+};
+template <>
+struct flashc_is_bf16<__nv_bfloat16> {
+    static constexpr bool value = true;
+};
+
+// ------------------------------------------------------------------------------------------------
+// tiles and the elementwise step
+
+// Load a ROWS x D tile into the swizzled layout at shared address s: rows 0..nrows-1, columns
+// 0..Dact-1 of g (row stride rs elements), zero elsewhere. Needs 16-byte aligned rows (the
+// dispatch checks p.a.aligned). Thread tid moves chunk column c = tid % (D / 8) of rows
+// tid / (D / 8) + k * RSTEP; RSTEP is a multiple of 8, so the swizzled chunk is the same in all its
+// rows and the destination steps by a constant.
+template <int ROWS, int D, int NTHREADS>
+static __device__ __forceinline__ void load_tile_sw128(uint32_t s, const uint16_t *g, int64_t rs, int nrows,
+                                                       int Dact, const void *safe, int tid) {
+    constexpr int CPR = D / 8, RSTEP = NTHREADS / CPR;
+    static_assert(NTHREADS % CPR == 0 && ROWS % RSTEP == 0 && RSTEP % 8 == 0, "tile / thread shape");
+    const int r0 = tid / CPR, c = tid % CPR;
+    const bool col_ok = c * 8 < Dact;
+    const uint16_t *src = g + (int64_t)r0 * rs + c * 8;
+    const int64_t step = (int64_t)RSTEP * rs;
+    uint32_t dst = s + (uint32_t)((c >> 3) * (ROWS * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4));
+#pragma unroll 1
+    for (int r = r0; r < ROWS; r += RSTEP) {
+        const bool ok = col_ok && r < nrows;
+        cp_async_16(dst, ok ? (const void *)src : safe, ok ? 16 : 0);
+        src += step;
+        dst += RSTEP * 128;
+    }
+}
+
+// Q_i, dO_i (swizzled) and lse2_i, D_i of query block mm0 of head h.
+template <int BM, int D, int NTHREADS>
+static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params &p, const flashc_cuda_seq &s, int b,
+                                                         int h, int mm0, uint32_t sQ, uint32_t sdO, float *sL,
+                                                         float *sDl, int tid) {
+    const int rows = min(BM, s.sq - mm0);
+    const uint16_t *Qg = (const uint16_t *)p.q + b * p.q_bs + (s.q_row0 + mm0) * p.q_rs + h * p.q_hs;
+    const uint16_t *dOg = (const uint16_t *)p.dout + b * p.do_bs + (s.q_row0 + mm0) * p.do_rs + h * p.do_hs;
+    load_tile_sw128<BM, D, NTHREADS>(sQ, Qg, p.q_rs, rows, p.a.D, p.q, tid);
+    load_tile_sw128<BM, D, NTHREADS>(sdO, dOg, p.do_rs, rows, p.a.D, p.dout, tid);
+    const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
+    for (int i = tid; i < BM; i += NTHREADS) {
+        cp_async_4(smem_u32(sL + i), p.lse2 + r0 + i, 4);
+        cp_async_4(smem_u32(sDl + i), p.delta + r0 + i, 4);
+    }
+}
+
+// S^T (keys x queries, raw k.q) -> P^T = exp2(S scale log2e - lse2_q) (0 where masked), and
+// dP^T (v.dO) -> dS^T = P^T (dP^T - D_q) (times 1 - tanh^2 under softcap), in place, in the m64n64
+// accumulator layout: element i of this thread is key kr0 + 8 ((i >> 1) & 1), query
+// q0 + 8 (i >> 2) + (i & 1). l2 / dl: lse2 and D of query q0 + 8 j + e at index 2 j + e.
+// The same math as bwd_p_ds_tile of flashc_cuda_bwd.cuh, transposed.
+template <bool TRANSFORM>
+static __device__ __forceinline__ void sm90_p_ds(float (&S)[32], float (&dP)[32], const flashc_cuda_attn &a,
+                                                 const flashc_cuda_seq &s, const float (&l2)[16], const float (&dl)[16],
+                                                 int kr0, int q0, float slope, bool masked) {
+    const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int q = q0 + 8 * j + e;
+            int lo = 0, hi = 0x7fffffff;
+            if (masked) {
+                lo = key_lo(a, q, s.sq, s.sk);
+                hi = key_hi(a, q, s.sq, s.sk);
+            }
+            const int diag = q + s.sk - s.sq;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int i = 4 * j + 2 * hh + e, key = kr0 + 8 * hh;
+                float x = S[i], dsf = 1.f;
+                if (TRANSFORM) {
+                    float y = x * a.scale;
+                    if (a.softcap > 0.f) {
+                        const float t = tanhf(y * a.inv_softcap);
+                        y = a.softcap * t;
+                        dsf = 1.f - t * t;
+                    }
+                    y -= slope * fabsf((float)(diag - key));
+                    x = y * FLASHC_LOG2E;
+                }
+                float P = ex2(fmaf(x, sl2, -l2[2 * j + e]));
+                if (key < lo || key >= hi) P = 0.f;
+                S[i] = P;
+                dP[i] = P * (dP[i] - dl[2 * j + e]) * dsf;
+            }
+        }
+}
+
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
+
+// ------------------------------------------------------------------------------------------------
+// the kernel: one CTA per (key block, batch, kv head), 2 warpgroups
+
+#define FLASHC_SM90_BWD_BM 64
+
+// Shared memory (bytes, from a 1024-aligned base) with NWG warpgroups (BN = 64 NWG keys):
+// K_j, V_j [BN x D]; Q_i, dO_i [2][BM x D]; dS^T [BN x BM]; lse2_i, D_i [2][BM] fp32; + 1024 to align.
+static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG) {
+    return 2 * 64 * NWG * D * 2 + 4 * FLASHC_SM90_BWD_BM * D * 2 + 64 * NWG * FLASHC_SM90_BWD_BM * 2 +
+           4 * FLASHC_SM90_BWD_BM * 4 + 1024;
+}
+
+// NWG = 2: 256 threads, BN = 128, one CTA per SM (250 registers at D = 128). NWG = 1: 128 threads,
+// BN = 64, two CTAs per SM (their independent phases could overlap one's exp / atomics with the
+// other's wgmma); it passed the same tests but ran 0.6-0.8x as fast (launcher), so it is unused.
+template <typename T, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64 * NWG, NTHREADS = 128 * NWG;
+    constexpr bool BF16 = flashc_is_bf16<T>::value;
+    // dQ_i: with 2 warpgroups and D = 128, warpgroup w adds columns 64w.. over all BN keys
+    // (ALLKEYS); otherwise each warpgroup adds D / 64 column blocks, one after another, over its own
+    // 64 keys
+    constexpr bool ALLKEYS = NWG == 2 && D >= 128;
+    constexpr int NQH = ALLKEYS ? 1 : D / 64;
+    constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
+    constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + 2 * TILE_Q;
+    constexpr int OFF_DS = OFF_DO + 2 * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + 2 * BM * 4;
+    static_assert(D == 64 || D == 128, "head dim");
+    static_assert(OFF_L + 4 * BM * 4 + 1024 == flashc_sm90_bwd_smem(D, NWG), "smem layout");
+    static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
+
+    const uint32_t raw = smem_u32(flashc_smem);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    char *sbase = (char *)flashc_smem + (base - raw);
+    float *sL = (float *)(sbase + OFF_L), *sDl = (float *)(sbase + OFF_DL);
+
+    const int tid = threadIdx.x, wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, c = lane & 3;
+
+    // --- which (key block, batch, kv head), and the query rows that see some of its keys ---------
+    const int BHk = p.a.B * p.a.H_kv;
+    const int n_block = (int)(blockIdx.x / BHk);
+    const int bh = (int)(blockIdx.x % BHk), h_kv = bh % p.a.H_kv, b = bh / p.a.H_kv;
+    const flashc_cuda_seq s = cuda_seq(p.a, b);
+    const int n0 = n_block * BN;
+    if (n0 >= s.sk_len) return;
+    int i_min = 0, i_max = s.sq - 1;
+    if (n0 >= s.sk) {
+        i_max = -1; // keys past seqused_k: seen by nobody, zero gradients
+    } else {
+        const long long n_end = min(n0 + BN, s.sk), shift = (long long)s.sk - s.sq;
+        if (p.a.window_right >= 0) i_min = (int)max(0LL, (long long)n0 - shift - p.a.window_right);
+        if (p.a.window_left >= 0) i_max = (int)min((long long)s.sq - 1, n_end - 1 - shift + p.a.window_left);
+    }
+    const int mb_begin = i_min / BM;
+    const int n_mb = i_max >= i_min ? i_max / BM + 1 - mb_begin : 0;
+    const int count = n_mb * p.a.group; // (query head of the group, query block) pairs
+
+    float dK[D / 2], dV[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dK[i] = dV[i] = 0.f;
+
+    const uint32_t sK = base + OFF_K, sV = base + OFF_V, sdS = base + OFF_DS;
+    const int nw0 = n0 + wg * 64;                // this warpgroup's first key
+    const int kr0 = nw0 + wl * 16 + g;           // key of accumulator rows (+ 8 for the odd pairs)
+
+    if (count > 0) {
+        const uint16_t *Kg = (const uint16_t *)p.k + b * p.k_bs + (s.k_row0 + n0) * p.k_rs + h_kv * p.k_hs;
+        const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + (s.k_row0 + n0) * p.v_rs + h_kv * p.v_hs;
+        load_tile_sw128<BN, D, NTHREADS>(sK, Kg, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
+        load_tile_sw128<BN, D, NTHREADS>(sV, Vg, p.v_rs, s.sk - n0, p.a.D, p.v, tid);
+        sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO, sL,
+                                           sDl, tid);
+        cp_async_commit();
+
+        for (int it = 0; it < count; it++) {
+            const int st = it & 1;
+            const int h = h_kv * p.a.group + it / n_mb;
+            const int mm0 = (mb_begin + it % n_mb) * BM;
+            cp_async_wait<0>();
+            fence_proxy_async(); // this thread's cp.async data -> visible to wgmma
+            __syncthreads();     // Q_i, dO_i landed everywhere; the previous step is done everywhere
+            if (it + 1 < count)
+                sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
+                                                   (mb_begin + (it + 1) % n_mb) * BM, base + OFF_Q + (st ^ 1) * TILE_Q,
+                                                   base + OFF_DO + (st ^ 1) * TILE_Q, sL + (st ^ 1) * BM,
+                                                   sDl + (st ^ 1) * BM, tid);
+            cp_async_commit();
+            const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
+
+            // S^T = K_w Q_i^T, dP^T = V_w dO_i^T       (Alg. 2 lines 10, 12), K = D in steps of 16
+            float S[32], dP[32];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+                const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+                wgmma_ss_m64n64<BF16, 0, 0>(S, sw128_desc(sK + ko, 16, 1024), sw128_desc(sQs + qo, 16, 1024), kk);
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+                const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+                wgmma_ss_m64n64<BF16, 0, 0>(dP, sw128_desc(sV + ko, 16, 1024), sw128_desc(sdOs + qo, 16, 1024), kk);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_reg_fence(S);
+            wgmma_reg_fence(dP);
+
+            // P^T, dS^T                                 (lines 11, 14)
+            float l2[16], dl[16];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float2 lv = *(const float2 *)(sL + st * BM + 8 * j + 2 * c);
+                const float2 dv = *(const float2 *)(sDl + st * BM + 8 * j + 2 * c);
+                l2[2 * j] = lv.x;
+                l2[2 * j + 1] = lv.y;
+                dl[2 * j] = dv.x;
+                dl[2 * j + 1] = dv.y;
+            }
+            const int mm_last = min(mm0 + BM, s.sq) - 1;
+            const bool masked = !(nw0 >= key_lo(p.a, mm_last, s.sq, s.sk) && nw0 + 64 <= key_hi(p.a, mm0, s.sq, s.sk));
+            const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
+            if (p.a.transform) sm90_p_ds<true>(S, dP, p.a, s, l2, dl, kr0, mm0 + 2 * c, slope, masked);
+            else sm90_p_ds<false>(S, dP, p.a, s, l2, dl, kr0, mm0 + 2 * c, slope, masked);
+
+            // the accumulators as A fragments: k-step k4 (queries 16 k4 ..) is elements 8 k4 .. 8 k4 + 7
+            uint32_t aP[4][4], adS[4][4];
+#pragma unroll
+            for (int k4 = 0; k4 < 4; k4++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    aP[k4][r] = pack2<T>(S[8 * k4 + 2 * r], S[8 * k4 + 2 * r + 1]);
+                    adS[k4][r] = pack2<T>(dP[8 * k4 + 2 * r], dP[8 * k4 + 2 * r + 1]);
+                }
+            // dS^T -> shared memory ([key][query], swizzled) for dQ: register r of k-step k4 is key
+            // row + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
+#pragma unroll
+            for (int k4 = 0; k4 < 4; k4++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int row = wg * 64 + wl * 16 + g + 8 * (r & 1), chunk = 2 * k4 + (r >> 1);
+                    *(uint32_t *)(sbase + OFF_DS + row * 128 + ((chunk ^ g) << 4) + 4 * c) = adS[k4][r];
+                }
+            fence_proxy_async();
+
+            // dV_w += P^T dO_i, dK_w += dS^T Q_i      (lines 13, 16; scale applied at the end)
+            wgmma_fence();
+#pragma unroll
+            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sw128_desc(sdOs + k4 * 2048, BM * 128, 1024));
+#pragma unroll
+            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sw128_desc(sQs + k4 * 2048, BM * 128, 1024));
+            wgmma_commit();
+            __syncthreads(); // dS^T of every warpgroup is in shared memory
+
+            // dQ_i += dS K_j                           (line 15), 64 columns (block cb) at a time
+            float *acc = p.dq_acc + (ws_row(p, b, h, s) + mm0) * (int64_t)D; // padded rows absorb i >= sq
+#pragma unroll
+            for (int qh = 0; qh < NQH; qh++) {
+                const int cb = ALLKEYS ? wg : qh;
+                float dQ[32];
+                wgmma_fence();
+                if (ALLKEYS) {
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; kk++)
+                        wgmma_ss_m64n64<BF16, 1, 1>(dQ, sw128_desc(sdS + kk * 2048, BN * 128, 1024),
+                                                    sw128_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        wgmma_ss_m64n64<BF16, 1, 1>(
+                            dQ, sw128_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
+                            sw128_desc(sK + cb * (BN * 128) + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+                wgmma_reg_fence(dQ);
+                wgmma_reg_fence(dK);
+                wgmma_reg_fence(dV);
+                const int col0 = cb * 64 + 2 * c;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        float *dst = acc + (wl * 16 + g + 8 * hh) * D + col0 + 8 * j;
+                        atomicAdd((float2 *)dst, make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]));
+                    }
+            }
+        }
+    }
+
+    // --- epilogue: dK_j = scale dK_j, dV_j -> smem ([BN][D + 8], over K_j, V_j) -> global, all BN
+    //     rows the sequence owns (keys nobody saw get 0) ----------------------------------------
+    cp_async_wait<0>();
+    __syncthreads();
+    uint16_t *stK = (uint16_t *)sbase, *stV = stK + BN * (D + 8);
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int o = (wg * 64 + wl * 16 + g + 8 * hh) * (D + 8) + 8 * j + 2 * c;
+            *(uint32_t *)(stK + o) = pack2<T>(dK[4 * j + 2 * hh] * p.a.scale, dK[4 * j + 2 * hh + 1] * p.a.scale);
+            *(uint32_t *)(stV + o) = pack2<T>(dV[4 * j + 2 * hh], dV[4 * j + 2 * hh + 1]);
+        }
+    __syncthreads();
+    const int out_rows = min(BN, s.sk_len - n0);
+    uint16_t *dKg = (uint16_t *)p.dk + b * p.dk_bs + (s.k_row0 + n0) * p.dk_rs + h_kv * p.dk_hs;
+    uint16_t *dVg = (uint16_t *)p.dv + b * p.dv_bs + (s.k_row0 + n0) * p.dv_rs + h_kv * p.dv_hs;
+    store_tile<BN, D, D + 8, NTHREADS>(dKg, p.dk_rs, stK, out_rows, p.a.D, p.a.aligned, tid);
+    store_tile<BN, D, D + 8, NTHREADS>(dVg, p.dv_rs, stV, out_rows, p.a.D, p.a.aligned, tid);
+#endif
+}
+
+template <typename T, int D, int NWG>
+static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, cudaStream_t stream) {
+    constexpr int smem = flashc_sm90_bwd_smem(D, NWG), BN = 64 * NWG;
+    const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    void (*k)(const flashc_bwd_params) = flashc_bwd_sm90_kernel<T, D, NWG>;
+    cudaError_t e;
+    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
+    if (blocks) k<<<(unsigned)blocks, 128 * NWG, smem, stream>>>(*p);
+    return cudaGetLastError();
+}
+
+// dQ_acc zero and pre-pass, the kernel above, dQ conversion (flashc_cuda_bwd.cuh).
+template <typename T, int D>
+cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream) {
+    p->D_pad = D;
+    if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
+    cudaError_t e;
+    if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
+    // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
+    // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
+    if ((e = flashc_cuda_bwd_sm90_main<T, D, 2>(p, stream)) != cudaSuccess) return e;
+    return flashc_cuda_bwd_finish<T, D>(p, stream);
+}
+
+#endif // FLASHC_SM90_BWD_CUH
