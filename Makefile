@@ -15,6 +15,9 @@ BUILD   ?= build
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 # sm_80 and sm_90 SASS, plus sm_90a for the Hopper-only kernels once there are any.
 GPU_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
+# The wgmma kernels (src/cuda/inst/*_sm90.cu) are built for sm_90a alone: a compute_90 pass rejects
+# wgmma (HOPPER-NOTES 0). flashc_cuda.cu dispatches to them only on compute capability 9.0.
+GPU_ARCH_SM90A ?= -gencode=arch=compute_90a,code=sm_90a
 
 CFLAGS_BASE = -std=c11 -O3 -g -Wall -Wextra -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L \
               -DFLASHC_BUILD -Iinclude -Isrc
@@ -64,6 +67,10 @@ $(BUILD)/%.o: %.c $(HDRS)
 $(BUILD)/%.o: %.cu $(HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/%_sm90.o: %_sm90.cu $(HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out $(GPU_ARCH),$(NVCCFLAGS)) $(GPU_ARCH_SM90A) -c $< -o $@
 
 $(BUILD)/libflashc.a: $(C_OBJS) $(CU_OBJS)
 	@rm -f $@

@@ -19,6 +19,7 @@ typedef struct flashc_cuda_priv {
     int smem_optin;   // max dynamic shared memory per block (bytes)
     int cc_major, cc_minor;
     int debug_sync;   // FLASHC_DEBUG_SYNC set
+    int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
 } flashc_cuda_priv;
 
 static flashc_status cuda_fail(flashc_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
@@ -71,6 +72,10 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     }
     const char *env = getenv("FLASHC_DEBUG_SYNC");
     pv->debug_sync = env && env[0] && env[0] != '0';
+    // The sm_90a kernels run on 9.0 only (sm_90a SASS does not run on later majors).
+    // FLASHC_CUDA_SM90=0 forces the mma.sync forward (A/B timing, a suspected wgmma bug).
+    env = getenv("FLASHC_CUDA_SM90");
+    pv->sm90 = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -198,6 +203,14 @@ static fwd_launch_fn fwd_launcher(flashc_dtype t, int Dp) {
          : Dp == 128 ? flashc_cuda_fwd_launch<__half, 128> : flashc_cuda_fwd_launch<__half, 256>;
 }
 
+static fwd_launch_fn fwd_sm90_launcher(flashc_dtype t, int Dp) {
+    if (t == FLASHC_DTYPE_BF16)
+        return Dp == 64 ? flashc_cuda_fwd_sm90_launch<__nv_bfloat16, 64>
+             : Dp == 128 ? flashc_cuda_fwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_fwd_sm90_launch<__nv_bfloat16, 256>;
+    return Dp == 64 ? flashc_cuda_fwd_sm90_launch<__half, 64>
+         : Dp == 128 ? flashc_cuda_fwd_sm90_launch<__half, 128> : flashc_cuda_fwd_sm90_launch<__half, 256>;
+}
+
 static bwd_launch_fn bwd_launcher(flashc_dtype t, int Dp) {
     if (t == FLASHC_DTYPE_BF16)
         return Dp == 64 ? flashc_cuda_bwd_launch<__nv_bfloat16, 64>
@@ -234,7 +247,11 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.a.aligned = aligned16(a->q) && aligned16(a->k) && aligned16(a->v) && aligned16(a->o) && strides8(p->q_stride) &&
                   strides8(p->k_stride) && strides8(p->v_stride) && strides8(p->o_stride);
     cudaStream_t stream = (cudaStream_t)a->stream;
-    FLASHC_CUDA_TRY(ctx, fwd_launcher(p->dtype, padded_head_dim(p->D))(&P, stream));
+    // The wgmma kernel loads with 16-byte cp.async only; unaligned tensors take the mma.sync kernel.
+    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    const int Dp = padded_head_dim(p->D);
+    const int sm90 = pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin;
+    FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
     if (p->varlen && p->cu_q_host[0] > 0)
         FLASHC_CUDA_TRY(ctx, zero_rows(a->o, p->o_stride, p->cu_q_host[0], p->H, p->D, a->lse, p->total_q, stream));
     return finish(ctx, stream);

@@ -88,6 +88,9 @@ template <typename T, int D>
 cudaError_t flashc_cuda_fwd_launch(flashc_fwd_params *p, cudaStream_t stream);
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_launch(flashc_bwd_params *p, cudaStream_t stream);
+// The Hopper forward (flashc_sm90_fwd.cuh), compiled for sm_90a only: needs 16-byte aligned tensors.
+template <typename T, int D>
+cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t stream);
 
 // ------------------------------------------------------------------------------------------------
 // per-sequence view and the mask (device twins of flashc__seq and flashc__key_range)

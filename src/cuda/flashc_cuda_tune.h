@@ -35,6 +35,16 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
                                                                  //      64x64x4 1 K/V buffer (2 CTAs/SM): 264
 }
 
+// Hopper forward (flashc_sm90_fwd.cuh, wgmma): bm = 64 query rows per consumer warpgroup,
+// nwarps = 4 per warpgroup, bn keys per step, 2 K and 2 V buffers (stages is always 2).
+// Limits: registers S (bn / 2) + P (bn / 4) + O (D / 2) per thread, at most 255 with 2 warpgroups
+// and 168 with 3; smem Q + 4 K/V tiles <= 227 KB (D = 256, bn = 80: 225 KB).
+static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D) {
+    return D <= 64 ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0}  // 3 warpgroups (192 x 128): 120 B of spills at 168 regs
+         : D <= 128 ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0}
+                    : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0};
+}
+
 // Backward dK/dV main kernel (FA2 Alg. 2 over key blocks), with its three warp grids.
 static constexpr flashc_cuda_tile flashc_cuda_tune_bwd(int D) {
     return D <= 64 ? flashc_cuda_tile{128, 128, 8, 2, 4, 4, 4}   //  64: 226; dQ grid 4x2: 217; 64x128x8: 192
@@ -51,6 +61,10 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_bwd_dq(int) { return flashc_c
 // Dynamic shared memory (bytes) of each kernel; rows are padded to D + 8 elements.
 static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
+}
+
+static constexpr int flashc_cuda_fwd_sm90_smem(int D) { // + 1024 for the manual 1024-byte alignment
+    return 1024 + (flashc_cuda_tune_fwd_sm90(D).bm + 4 * flashc_cuda_tune_fwd_sm90(D).bn) * D * 2;
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {
