@@ -20,6 +20,7 @@ typedef struct flashc_cuda_priv {
     int cc_major, cc_minor;
     int debug_sync;   // FLASHC_DEBUG_SYNC set
     int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
+    int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2: force its lockstep / ping-pong loop (0: tuned)
 } flashc_cuda_priv;
 
 static flashc_status cuda_fail(flashc_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
@@ -73,9 +74,11 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     const char *env = getenv("FLASHC_DEBUG_SYNC");
     pv->debug_sync = env && env[0] && env[0] != '0';
     // The sm_90a kernels run on 9.0 only (sm_90a SASS does not run on later majors).
-    // FLASHC_CUDA_SM90=0 forces the mma.sync forward (A/B timing, a suspected wgmma bug).
+    // FLASHC_CUDA_SM90=0 forces the mma.sync forward (A/B timing, a suspected wgmma bug); 1 / 2
+    // force the wgmma kernel's lockstep / ping-pong loop.
     env = getenv("FLASHC_CUDA_SM90");
     pv->sm90 = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
+    pv->sm90_pp = env && (env[0] == '1' || env[0] == '2') ? env[0] - '0' : 0;
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -251,6 +254,7 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int Dp = padded_head_dim(p->D);
     const int sm90 = pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin;
+    P.sm90_pp = pv->sm90_pp;
     FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
     if (p->varlen && p->cu_q_host[0] > 0)
         FLASHC_CUDA_TRY(ctx, zero_rows(a->o, p->o_stride, p->cu_q_host[0], p->H, p->D, a->lse, p->total_q, stream));

@@ -55,6 +55,8 @@ typedef struct flashc_fwd_params {
     float *lse;
     int64_t q_bs, q_rs, q_hs, k_bs, k_rs, k_hs, v_bs, v_rs, v_hs, o_bs, o_rs, o_hs;
     int n_m_blocks;                 // ceil(Sq / BM) query blocks per (batch, head)
+    int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
+    int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong (FLASHC_CUDA_SM90)
 } flashc_fwd_params;
 
 // Backward. Tensors as in the forward; dout like o, dq like q, dk/dv like k/v.

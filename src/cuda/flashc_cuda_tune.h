@@ -18,6 +18,7 @@ typedef struct flashc_cuda_tile {
     int wm_sdp;  // backward dkdv: warps along the query rows of S and dP (the rest along keys)
     int wn_kv;   // backward dkdv: warps along the keys of dK, dV (the rest along the head dim)
     int wm_dq;   // backward dkdv: warps along the query rows of dQ (the rest along the head dim)
+    int pingpong; // sm90 forward: warpgroup ping-pong loop (flashc_sm90_fwd.cuh PP), else lockstep
 } flashc_cuda_tile;
 
 // The compiled head dims, ascending (gen_inst.py writes one instance file per entry and dtype).
@@ -36,13 +37,13 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 }
 
 // Hopper forward (flashc_sm90_fwd.cuh, wgmma): bm = 64 query rows per consumer warpgroup,
-// nwarps = 4 per warpgroup, bn keys per step, 2 K and 2 V buffers (stages is always 2).
+// nwarps = 4 per warpgroup, bn keys per step, stages K and stages V buffers.
 // Limits: registers S (bn / 2) + P (bn / 4) + O (D / 2) per thread, at most 255 with 2 warpgroups
-// and 168 with 3; smem Q + 4 K/V tiles <= 227 KB (D = 256, bn = 80: 225 KB).
+// and 168 with 3; smem Q + 2 * stages K/V tiles <= 227 KB (D = 256, bn = 80, 2 stages: 225 KB).
 static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D) {
-    return D <= 64 ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0}  // 3 warpgroups (192 x 128): 120 B of spills at 168 regs
-         : D <= 128 ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0}
-                    : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0};
+    return D <= 64 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}   // 3 warpgroups (192 x 128): 120 B of spills at 168 regs
+         : D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}
+                    : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 0};
 }
 
 // Backward dK/dV main kernel (FA2 Alg. 2 over key blocks), with its three warp grids.
@@ -63,8 +64,8 @@ static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
 }
 
-static constexpr int flashc_cuda_fwd_sm90_smem(int D) { // + 1024 for the manual 1024-byte alignment
-    return 1024 + (flashc_cuda_tune_fwd_sm90(D).bm + 4 * flashc_cuda_tune_fwd_sm90(D).bn) * D * 2;
+static constexpr int flashc_cuda_fwd_sm90_smem(int D) { // + 1024: manual 1024-byte alignment, + 64: mbarriers
+    return 1024 + (flashc_cuda_tune_fwd_sm90(D).bm + 2 * flashc_cuda_tune_fwd_sm90(D).stages * flashc_cuda_tune_fwd_sm90(D).bn) * D * 2 + 64;
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {

@@ -1,6 +1,6 @@
 // flashc_sm90.cuh -- Hopper (sm_90a) PTX helpers shared by the wgmma kernels: warpgroup matrix
 // multiply (wgmma.mma_async), its fences and waits, shared-memory matrix descriptors with the
-// 128-byte swizzle, the async-proxy fence, and named barriers. Every fact used here is in
+// 128-byte swizzle, the async-proxy fence, named barriers and mbarriers. Every fact used here is in
 // /work/shared/HOPPER-NOTES.md (section numbers below) and was checked on the H200.
 //
 // Compile only with -gencode=arch=compute_90a,code=sm_90a (HOPPER-NOTES 0): a plain compute_90
@@ -77,6 +77,39 @@ static __device__ __forceinline__ void fence_proxy_async_smem(void) {
 // bar.sync on named barrier id (1..15; 0 is __syncthreads) for nthreads (a multiple of 32).
 static __device__ __forceinline__ void bar_sync(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// bar.arrive: counts toward named barrier id without waiting (the producer half of a bar.sync pair).
+static __device__ __forceinline__ void bar_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------
+// mbarrier (HOPPER-NOTES 4): init on one thread, then fence_mbarrier_init and a CTA barrier
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void fence_mbarrier_init(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on bar once every cp.async this thread issued so far has landed; .noinc: the arrival
+// counts against the count given at init (one per thread and phase).
+static __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Blocks until the phase with parity `parity` has completed (try_wait may time out: loop).
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -13,9 +13,11 @@
 //                         HOPPER-NOTES 1.7), V MN-major, BN / 16 k-steps, N = D
 // The PV of the previous block is issued right after this block's S and runs while the softmax
 // of S_ij executes (FA3's intra-warpgroup overlap: wait_group 1 frees S, wait_group 0 then frees
-// O for the rescale). Loads run one block ahead: at the top of iteration t (after one CTA
-// barrier) K_t+1 and V_t are issued into the buffers whose last readers (S_t-1, PV_t-2) every
-// warpgroup has already waited for, so two K and two V buffers suffice.
+// O for the rescale). Loads run STAGES - 1 blocks ahead in a ring of STAGES K and STAGES V
+// buffers: at the top of iteration t (after one CTA barrier) K_t+STAGES-1 and V_t+STAGES-2 are
+// issued into the buffers whose last readers (S_t-1, PV_t-2) every warpgroup has already waited
+// for. CTAs run in groups of p.bh_chunk (batch, head)s, heaviest query blocks first inside a
+// group, so that the K/V a group streams stays in L2 (the host sizes the group).
 #ifndef FLASHC_SM90_FWD_CUH
 #define FLASHC_SM90_FWD_CUH
 
@@ -101,23 +103,35 @@ static __device__ __forceinline__ void sm90_issue_pv(float *O, const uint32_t (*
 // ------------------------------------------------------------------------------------------------
 // the kernel
 
-template <typename T, int D, int NWG, int BN>
+// PP = false: one CTA barrier per key block (cp.async.wait_group + __syncthreads), so the
+// warpgroups run in lockstep and their softmaxes coincide. PP = true: FA3's ping-pong. Each
+// thread's cp.asyncs of a ring slot arrive on an mbarrier (full[s], cp.async.mbarrier.arrive),
+// the warpgroups release slots on empty[s] once their wgmmas reading it are done, and a pair of
+// named barriers per warpgroup lets warpgroup i issue its wgmmas only after warpgroup i - 1 has
+// issued its own: the tensor cores then alternate between the warpgroups while each one's
+// softmax runs during the other's matmuls. The next slot is loaded after the softmax (when the
+// other warpgroup has surely released it).
+template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
 __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __grid_constant__ flashc_fwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int NTHREADS = NWG * 128, BM = NWG * 64;
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
     static_assert(D % 64 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
+    static_assert(STAGES >= 2 && STAGES <= 4, "K/V ring depth");
 
     // 1024-byte aligned tiles (the swizzle pattern repeats every 1024 B of absolute address)
     const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + 2 * KV_BYTES;
+    const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
+    const uint32_t full0 = sV0 + STAGES * KV_BYTES, empty0 = full0 + 8 * STAGES; // PP: mbarriers
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
 
-    // --- which (query block, batch, head): heaviest query blocks first ---------------------------
-    const int BH = p.a.B * p.a.H;
-    const int m_block = p.n_m_blocks - 1 - (int)(blockIdx.x / BH);
-    const int bh = (int)(blockIdx.x % BH), h = bh % p.a.H, b = bh / p.a.H;
+    // --- which (query block, batch, head): groups of bh_chunk heads, heaviest blocks first ------
+    const int BH = p.a.B * p.a.H, per_chunk = p.n_m_blocks * p.bh_chunk;
+    const int chunk = (int)(blockIdx.x / per_chunk), in_chunk = (int)(blockIdx.x % per_chunk);
+    const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk); // the last group may be smaller
+    const int m_block = p.n_m_blocks - 1 - in_chunk / heads;
+    const int bh = chunk * p.bh_chunk + in_chunk % heads, h = bh % p.a.H, b = bh / p.a.H;
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int m0 = m_block * BM;
     if (m0 >= s.sq) return;
@@ -146,41 +160,74 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
 
     if (nb_max > nb_min) {
-        sm90_load_tile<BM, D, NTHREADS>(sQ, Qg, p.q_rs, m_rows, p.a.D, p.q, tid);
-        {
-            const int n0 = (nb_max - 1) * BN;
-            sm90_load_tile<BN, D, NTHREADS>(sK0, Kg + (int64_t)n0 * p.k_rs, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
+        const int n_blocks = nb_max - nb_min; // key blocks (groups 0 .. n_blocks exist)
+        if (PP) {
+            if (tid == 0) {
+#pragma unroll
+                for (int i = 0; i < STAGES; i++) {
+                    mbar_init(full0 + 8 * i, NTHREADS);
+                    mbar_init(empty0 + 8 * i, NWG);
+                }
+                fence_mbarrier_init();
+            }
+            __syncthreads();
+            if (wg == NWG - 1) bar_arrive(8, 256); // warpgroup 0 issues first
         }
-        cp_async_commit();
+        // prologue: Q_i, K_0 .. K_STAGES-2, V_0 .. V_STAGES-3 (block t is nb_max - 1 - t), one
+        // commit group per t so that group t holds K_t and V_t-1
+        sm90_load_tile<BM, D, NTHREADS>(sQ, Qg, p.q_rs, m_rows, p.a.D, p.q, tid);
+#pragma unroll
+        for (int t = 0; t < STAGES - 1; t++) {
+            const int n0 = (nb_max - 1 - t) * BN;
+            if (n0 >= nb_min * BN)
+                sm90_load_tile<BN, D, NTHREADS>(sK0 + t * KV_BYTES, Kg + (int64_t)n0 * p.k_rs, p.k_rs, s.sk - n0,
+                                                p.a.D, p.k, tid);
+            if (t > 0 && n0 + BN >= nb_min * BN)
+                sm90_load_tile<BN, D, NTHREADS>(sV0 + (t - 1) * KV_BYTES, Vg + (int64_t)(n0 + BN) * p.v_rs, p.v_rs,
+                                                s.sk - n0 - BN, p.a.D, p.v, tid);
+            if (!PP) cp_async_commit();
+            else if (t <= n_blocks) cp_async_mbar_arrive(full0 + 8 * t);
+        }
 
         uint32_t P[BN / 16][4]; // P_ij as the A operand of the next PV (bf16/f16 pairs)
         int t = 0;
+        int st = 0, ph = 0; // t % STAGES: buffer of K_t and V_t; (t / STAGES) & 1: its mbarrier phase
         // --- for each key block j, right to left (masked diagonal blocks of causal first) -------
-        for (int nb = nb_max - 1; nb >= nb_min; nb--, t++) {
+        for (int nb = nb_max - 1; nb >= nb_min; nb--, t++, ph ^= st == STAGES - 1, st = st == STAGES - 1 ? 0 : st + 1) {
             const int n0 = nb * BN;
-            cp_async_wait<0>();
-            fence_proxy_async_smem();
-            __syncthreads(); // K_j and V_j+1 landed; every warpgroup is done with the buffers refilled below
-            const uint32_t sK = sK0 + (t & 1) * KV_BYTES;
-            {
-                if (nb > nb_min) { // K of the next block
-                    const int n1 = n0 - BN;
-                    sm90_load_tile<BN, D, NTHREADS>(sK0 + ((t + 1) & 1) * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs,
-                                                    s.sk - n1, p.a.D, p.k, tid);
-                }
-                sm90_load_tile<BN, D, NTHREADS>(sV0 + (t & 1) * KV_BYTES, Vg + (int64_t)n0 * p.v_rs, p.v_rs, s.sk - n0,
-                                                p.a.D, p.v, tid);
+            const uint32_t sK = sK0 + st * KV_BYTES;
+            if (PP) {
+                mbar_wait(full0 + 8 * st, ph); // K_t and V_t-1 landed
+                fence_proxy_async_smem();
+            } else {
+                cp_async_wait<STAGES - 2>();
+                fence_proxy_async_smem();
+                __syncthreads(); // K_t and V_t-1 landed; every warpgroup is done with the buffers refilled below
+            }
+            if (!PP) {
+                const int sk1 = st == 0 ? STAGES - 1 : st - 1;  // (t + STAGES - 1) % STAGES
+                const int sv1 = sk1 == 0 ? STAGES - 1 : sk1 - 1; // (t + STAGES - 2) % STAGES
+                const int n1 = n0 - (STAGES - 1) * BN, nv = n1 + BN;
+                if (n1 >= nb_min * BN)
+                    sm90_load_tile<BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs, s.sk - n1,
+                                                    p.a.D, p.k, tid);
+                if (nv >= nb_min * BN)
+                    sm90_load_tile<BN, D, NTHREADS>(sV0 + sv1 * KV_BYTES, Vg + (int64_t)nv * p.v_rs, p.v_rs, s.sk - nv,
+                                                    p.a.D, p.v, tid);
                 cp_async_commit();
             }
 
             // S_ij = Q_i K_j^T (line 8), then O_i += P_i,j-1 V_j-1 of the previous block
             float S[BN / 2];
+            if (PP) bar_sync(8 + wg, 256); // the previous warpgroup has issued its wgmmas
             wgmma_fence();
             sm90_issue_qk<T, D, BM, BN>(S, sQ, sK, wg);
             if (t > 0) {
-                sm90_issue_pv<T, D, BN>(O, P, sV0 + ((t - 1) & 1) * KV_BYTES);
+                sm90_issue_pv<T, D, BN>(O, P, sV0 + (st == 0 ? STAGES - 1 : st - 1) * KV_BYTES);
+                if (PP) bar_arrive(8 + (wg + 1) % NWG, 256); // the next warpgroup may issue
                 wgmma_wait<1>();
             } else {
+                if (PP) bar_arrive(8 + (wg + 1) % NWG, 256);
                 wgmma_wait<0>();
             }
 #pragma unroll
@@ -228,8 +275,24 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
                 l_i[r] += sum;
             }
 
+            if (PP) { // load K_t+STAGES-1, V_t+STAGES-2 into the slot every warpgroup released after block t - 1
+                const int sk1 = st == 0 ? STAGES - 1 : st - 1;
+                const int sv1 = sk1 == 0 ? STAGES - 1 : sk1 - 1;
+                const int n1 = n0 - (STAGES - 1) * BN, nv = n1 + BN;
+                if (nv >= nb_min * BN) { // group t + STAGES - 1 <= T exists
+                    if (t > 0) mbar_wait(empty0 + 8 * sk1, st == 0 ? ph ^ 1 : ph);
+                    if (n1 >= nb_min * BN)
+                        sm90_load_tile<BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs,
+                                                        s.sk - n1, p.a.D, p.k, tid);
+                    sm90_load_tile<BN, D, NTHREADS>(sV0 + sv1 * KV_BYTES, Vg + (int64_t)nv * p.v_rs, p.v_rs, s.sk - nv,
+                                                    p.a.D, p.v, tid);
+                    cp_async_mbar_arrive(full0 + 8 * sk1);
+                }
+            }
+
             // the previous PV is done: O_i may be rescaled and P may be overwritten
             wgmma_wait<0>();
+            if (PP && (tid & 127) == 0) mbar_arrive(empty0 + 8 * st); // this warpgroup is done with K_t, V_t-1
 #pragma unroll
             for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
             if (rescale) {
@@ -243,11 +306,18 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
         }
 
         // the last O_i += P V
-        cp_async_wait<0>();
-        fence_proxy_async_smem();
-        __syncthreads();
+        if (PP) {
+            mbar_wait(full0 + 8 * st, ph);
+            fence_proxy_async_smem();
+            bar_sync(8 + wg, 256);
+        } else {
+            cp_async_wait<0>();
+            fence_proxy_async_smem();
+            __syncthreads();
+        }
         wgmma_fence();
-        sm90_issue_pv<T, D, BN>(O, P, sV0 + ((t - 1) & 1) * KV_BYTES);
+        sm90_issue_pv<T, D, BN>(O, P, sV0 + (st == 0 ? STAGES - 1 : st - 1) * KV_BYTES);
+        if (PP && wg != NWG - 1) bar_arrive(8 + wg + 1, 256);
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
@@ -287,13 +357,26 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 // ------------------------------------------------------------------------------------------------
 // launchers: one per tile shape, and the tuned one per (dtype, D), instantiated in inst/*_sm90.cu
 
-template <typename T, int D, int NWG, int BN>
+// (batch, head)s per CTA group: as many as keep the group's K and V within ~24 MB of the H200's
+// 50 MB L2 (all of a group's query blocks run at about the same time and reread the same K/V),
+// whole GQA groups at a time. bh_chunk > 0 set by the caller is kept (the lab sweeps it).
+static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
+    const long long kv_head = 2LL * p->a.Sk * p->a.D * 2; // K and V bytes of one kv head
+    long long n = (24LL << 20) / (kv_head > 0 ? kv_head : 1) * p->a.group;
+    const long long BH = (long long)p->a.B * p->a.H;
+    n = n < p->a.group ? p->a.group : n;
+    return (int)(n > BH ? BH : n < 1 ? 1 : n);
+}
+
+template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
 cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) {
-    constexpr int smem = 1024 + (NWG * 64 + 4 * BN) * D * 2; // + 1024: the manual alignment
-    void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN>;
+    // + 1024: the manual alignment; + 64: the mbarriers
+    constexpr int smem = 1024 + (NWG * 64 + 2 * STAGES * BN) * D * 2 + 64;
+    void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, PP>;
     p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
     if (blocks == 0) return cudaSuccess;
+    if (p->bh_chunk <= 0) p->bh_chunk = flashc_sm90_bh_chunk(p);
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
@@ -301,11 +384,14 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     return cudaGetLastError();
 }
 
+// The tuned tile; p->sm90_pp = 1 / 2 forces the lockstep / ping-pong loop (A/B timing, tests).
 template <typename T, int D>
 cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t stream) {
     constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D);
-    static_assert(flashc_cuda_fwd_sm90_smem(D) == 1024 + (t.bm + 4 * t.bn) * D * 2, "smem formula");
-    return flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn>(p, stream);
+    static_assert(flashc_cuda_fwd_sm90_smem(D) == 1024 + (t.bm + 2 * t.stages * t.bn) * D * 2 + 64, "smem formula");
+    const bool pp = p->sm90_pp ? p->sm90_pp == 2 : t.pingpong != 0;
+    return pp ? flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, true>(p, stream)
+              : flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, false>(p, stream);
 }
 
 #endif // FLASHC_SM90_FWD_CUH

@@ -9,7 +9,7 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 # SS (A and B from smem, both K-major): S = Q K^T with N = BN; RS (A from registers, B from smem):
 # O += P V with N = D, B MN-major (tnspB = 1; add N values the backward wants here)
-N_SS = [64, 80, 96, 112, 128, 144, 160, 176, 192]
+N_SS = [48, 64, 80, 96, 112, 128, 144, 160, 176, 192]
 N_RS = [64, 128, 256]
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 
