@@ -359,11 +359,18 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 
 // (batch, head)s per CTA group: as many as keep the group's K and V within ~24 MB of the H200's
 // 50 MB L2 (all of a group's query blocks run at about the same time and reread the same K/V),
-// whole GQA groups at a time. bh_chunk > 0 set by the caller is kept (the lab sweeps it).
+// whole GQA groups at a time. Causal / windowed problems take one group (heaviest query blocks
+// first over the whole grid, the mma.sync kernel's order): with groups, each group's heavy
+// blocks start late and the last group's make a tail. H200, S = 4096, bf16 (dev/cuda/fwd90_lab.cu),
+// grouped vs one group, TFLOP/s: non-causal D = 64 311 vs 307, 128 457 vs 452, 256 484 vs 477;
+// causal 64 287 vs 283, 128 427 vs 438, 256 405 vs 459 (the lab's run-to-run noise is ~3%: one
+// tile read 467 and 484 in the same run, so only the causal D = 256 gap is clearly real).
+// bh_chunk > 0 set by the caller is kept.
 static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
+    const long long BH = (long long)p->a.B * p->a.H;
+    if (p->a.window_left >= 0 || p->a.window_right >= 0) return (int)BH;
     const long long kv_head = 2LL * p->a.Sk * p->a.D * 2; // K and V bytes of one kv head
     long long n = (24LL << 20) / (kv_head > 0 ? kv_head : 1) * p->a.group;
-    const long long BH = (long long)p->a.B * p->a.H;
     n = n < p->a.group ? p->a.group : n;
     return (int)(n > BH ? BH : n < 1 ? 1 : n);
 }
