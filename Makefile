@@ -13,7 +13,7 @@ VERSION := $(shell awk '/define FLASHC_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%
 PREFIX  ?= /usr/local
 BUILD   ?= build
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-# sm_80 and sm_90 SASS, plus sm_90a for the Hopper-only kernels once there are any.
+# sm_80 and sm_90 SASS for the mma.sync kernels (every GPU from the A100 on).
 GPU_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
 # The wgmma kernels (src/cuda/inst/*_sm90.cu) are built for sm_90a alone: a compute_90 pass rejects
 # wgmma (HOPPER-NOTES 0). flashc_cuda.cu dispatches to them only on compute capability 9.0.

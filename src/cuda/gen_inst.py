@@ -3,8 +3,9 @@
 
 Each (dtype, head dim) pair of each direction is its own translation unit, so `make -j` compiles
 them in parallel and a change to one kernel rebuilds only its files. The head dims must match
-FLASHC_CUDA_HEAD_DIMS in flashc_cuda_tune.h. The output is checked in; run this after changing
-either list:  python3 src/cuda/gen_inst.py
+FLASHC_CUDA_HEAD_DIMS in flashc_cuda_tune.h. The Hopper forward's files end in _sm90.cu, which the
+Makefile compiles for sm_90a only. The output is checked in; run this after changing either list:
+python3 src/cuda/gen_inst.py
 """
 import os
 import re
