@@ -13,11 +13,11 @@ VERSION := $(shell awk '/define FLASHC_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%
 PREFIX  ?= /usr/local
 BUILD   ?= build
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-# sm_80 and sm_90 SASS for every kernel; the Hopper-only kernels get sm_90a (below).
+# sm_80 and sm_90 SASS for the mma.sync kernels (every GPU from the A100 on).
 GPU_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
-# Files named *_sm90a.cu hold Hopper-only (wgmma) kernels: built for sm_90a alone (a compute_90
-# pass rejects wgmma; HOPPER-NOTES section 0); the host dispatches to them only on a 9.0 device.
-SM90A_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
+# The wgmma kernels (src/cuda/inst/*_sm90.cu) are built for sm_90a alone: a compute_90 pass rejects
+# wgmma (HOPPER-NOTES 0). flashc_cuda.cu dispatches to them only on compute capability 9.0.
+GPU_ARCH_SM90A ?= -gencode=arch=compute_90a,code=sm_90a
 
 CFLAGS_BASE = -std=c11 -O3 -g -Wall -Wextra -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L \
               -DFLASHC_BUILD -Iinclude -Isrc
@@ -52,23 +52,32 @@ info:
 
 lib: $(BUILD)/libflashc.a $(BUILD)/libflashc.so
 
-$(BUILD)/%_avx512.o: %_avx512.c $(HDRS)
+# The C objects differ with and without the CUDA backend (-DFLASHC_WITH_CUDA): a stamp named for
+# the mode they were built in makes a switch (NVCC= or not) rebuild them, never link stale ones.
+MODE_STAMP = $(BUILD)/mode.$(if $(CU_SRCS),cuda,host)
+$(MODE_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/mode.* && touch $@
+
+$(BUILD)/%_avx512.o: %_avx512.c $(HDRS) $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%_avx2.o: %_avx2.c $(HDRS)
+$(BUILD)/%_avx2.o: %_avx2.c $(HDRS) $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.c $(HDRS)
+$(BUILD)/%.o: %.c $(HDRS) $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%_sm90a.o: GPU_ARCH = $(SM90A_ARCH)
 
 $(BUILD)/%.o: %.cu $(HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/%_sm90.o: %_sm90.cu $(HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out $(GPU_ARCH),$(NVCCFLAGS)) $(GPU_ARCH_SM90A) -c $< -o $@
 
 $(BUILD)/libflashc.a: $(C_OBJS) $(CU_OBJS)
 	@rm -f $@

@@ -55,6 +55,8 @@ typedef struct flashc_fwd_params {
     float *lse;
     int64_t q_bs, q_rs, q_hs, k_bs, k_rs, k_hs, v_bs, v_rs, v_hs, o_bs, o_rs, o_hs;
     int n_m_blocks;                 // ceil(Sq / BM) query blocks per (batch, head)
+    int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
+    int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong (FLASHC_CUDA_SM90)
 } flashc_fwd_params;
 
 // Backward. Tensors as in the forward; dout like o, dq like q, dk/dv like k/v.
@@ -90,13 +92,16 @@ template <typename T, int D>
 cudaError_t flashc_cuda_bwd_launch(flashc_bwd_params *p, cudaStream_t stream);
 // The backward's pre-pass (dq_acc zero, D_i, lse2_i) and dQ conversion, shared by both backward
 // paths and instantiated with flashc_cuda_bwd_launch; the sm_90a wgmma backward (flashc_sm90_bwd.cuh,
-// instantiated in inst/*_sm90a.cu, run only on a 9.0 device).
+// instantiated in inst/*_sm90.cu, run only on a 9.0 device).
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_prepass(flashc_bwd_params *p, cudaStream_t stream);
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_finish(flashc_bwd_params *p, cudaStream_t stream);
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream);
+// The Hopper forward (flashc_sm90_fwd.cuh), compiled for sm_90a only: needs 16-byte aligned tensors.
+template <typename T, int D>
+cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t stream);
 
 // ------------------------------------------------------------------------------------------------
 // per-sequence view and the mask (device twins of flashc__seq and flashc__key_range)

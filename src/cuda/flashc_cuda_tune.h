@@ -18,6 +18,7 @@ typedef struct flashc_cuda_tile {
     int wm_sdp;  // backward dkdv: warps along the query rows of S and dP (the rest along keys)
     int wn_kv;   // backward dkdv: warps along the keys of dK, dV (the rest along the head dim)
     int wm_dq;   // backward dkdv: warps along the query rows of dQ (the rest along the head dim)
+    int pingpong; // sm90 forward: warpgroup ping-pong loop (flashc_sm90_fwd.cuh PP), else lockstep
 } flashc_cuda_tile;
 
 // The compiled head dims, ascending (gen_inst.py writes one instance file per entry and dtype).
@@ -33,6 +34,22 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
          : D <= 128 ? flashc_cuda_tile{128, 64, 4, 2, 0, 0, 0}  // 128: 345; 1 K/V buffer: 312, 128x32x4: 287
                     : flashc_cuda_tile{128, 64, 8, 2, 0, 0, 0}; // 256: 293 (Q in registers; 273 without);
                                                                  //      64x64x4 1 K/V buffer (2 CTAs/SM): 264
+}
+
+// Hopper forward (flashc_sm90_fwd.cuh, wgmma): bm = 64 query rows per consumer warpgroup,
+// nwarps = 4 per warpgroup, bn keys per step, stages K and stages V buffers, pingpong: the
+// FA3 ping-pong loop (else both warpgroups step in lockstep behind one CTA barrier per block).
+// Limits: registers S (bn / 2) + P (bn / 4) + O (D / 2) per thread, at most 255 with 2 warpgroups
+// and 168 with 3; smem Q + 2 * stages K/V tiles <= 227 KB (D = 256, bn = 80, 2 stages: 225 KB).
+// Measured by dev/cuda/fwd90_lab.cu on the H200 (2026-11-29), bf16, S = 4096, B * S = 16k, hidden
+// 2048, TFLOP/s non-causal / causal (noise ~3%); "s3" = 3 stages, "pp" = ping-pong:
+static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D) {
+    return D <= 64 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}   //  64: 313/288; 2x192 s3 pp 313/287,
+                                                                     //      3x128 s2 312/270 (spills), 2x128 s3 281/260
+         : D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}  // 128: 460/419; 2x128 s3 389/358,
+                                                                     //      2x128 s2 pp 353/355, 2x176 s2 371/336, 2x64 s4 pp 378/348
+                    : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 0};  // 256: 467/406; 2x64 s2 465/407,
+                                                                     //      2x48 s3 pp 464/402, 2x80 s2 pp 398/387
 }
 
 // Backward dK/dV main kernel (FA2 Alg. 2 over key blocks), with its three warp grids.
@@ -51,6 +68,10 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_bwd_dq(int) { return flashc_c
 // Dynamic shared memory (bytes) of each kernel; rows are padded to D + 8 elements.
 static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
+}
+
+static constexpr int flashc_cuda_fwd_sm90_smem(int D) { // + 1024: manual 1024-byte alignment, + 64: mbarriers
+    return 1024 + (flashc_cuda_tune_fwd_sm90(D).bm + 2 * flashc_cuda_tune_fwd_sm90(D).stages * flashc_cuda_tune_fwd_sm90(D).bn) * D * 2 + 64;
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {

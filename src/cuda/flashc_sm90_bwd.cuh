@@ -30,38 +30,13 @@
 #ifndef FLASHC_SM90_BWD_CUH
 #define FLASHC_SM90_BWD_CUH
 
-#include "flashc_cuda_common.cuh"
+#include "flashc_sm90.cuh"
 
 // ------------------------------------------------------------------------------------------------
-// wgmma and proxy fences (HOPPER-NOTES 1.2-1.4); compiled only in the sm_90a pass. The same PTX as
-// flashc_sm90.cuh of the wgmma forward (written in parallel): fold these into it when both meet
-// (the names wgmma_fence / wgmma_commit / wgmma_wait collide); its wgmma_ss then also needs the
-// transposed form (tnspA = tnspB = 1) that the dQ product below uses.
+// wgmma fences, waits and descriptors come from flashc_sm90.cuh; the products below are this
+// kernel's own shapes, with the transposed forms (tnspA / tnspB) the backward needs.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-static __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-static __device__ __forceinline__ void wgmma_wait(void) {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Generic-proxy writes to shared memory (cp.async, st.shared) -> visible to wgmma (async proxy).
-static __device__ __forceinline__ void fence_proxy_async(void) {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
-template <int N>
-static __device__ __forceinline__ void wgmma_reg_fence(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// Shared-memory matrix descriptor, 128-byte swizzle (HOPPER-NOTES 2.1): start, LBO, SBO in bytes.
-static __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 62);
-}
 
 // D (64 x 64, fp32) (+)= A B, A and B from shared memory (descriptors); TA / TB = 1: M- / N-major.
 template <bool BF16, int TA, int TB>
@@ -287,7 +262,7 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             const int h = h_kv * p.a.group + it / n_mb;
             const int mm0 = (mb_begin + it % n_mb) * BM;
             cp_async_wait<0>();
-            fence_proxy_async(); // this thread's cp.async data -> visible to wgmma
+            fence_proxy_async_smem(); // this thread's cp.async data -> visible to wgmma
             __syncthreads();     // Q_i, dO_i landed everywhere; the previous step is done everywhere
             if (it + 1 < count)
                 sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
@@ -304,18 +279,18 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
                 const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                wgmma_ss_m64n64<BF16, 0, 0>(S, sw128_desc(sK + ko, 16, 1024), sw128_desc(sQs + qo, 16, 1024), kk);
+                wgmma_ss_m64n64<BF16, 0, 0>(S, sm90_desc(sK + ko, 16, 1024), sm90_desc(sQs + qo, 16, 1024), kk);
             }
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
                 const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                wgmma_ss_m64n64<BF16, 0, 0>(dP, sw128_desc(sV + ko, 16, 1024), sw128_desc(sdOs + qo, 16, 1024), kk);
+                wgmma_ss_m64n64<BF16, 0, 0>(dP, sm90_desc(sV + ko, 16, 1024), sm90_desc(sdOs + qo, 16, 1024), kk);
             }
             wgmma_commit();
             wgmma_wait<0>();
-            wgmma_reg_fence(S);
-            wgmma_reg_fence(dP);
+            reg_fence(S);
+            reg_fence(dP);
 
             // P^T, dS^T                                 (lines 11, 14)
             float l2[16], dl[16];
@@ -352,14 +327,14 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                     const int row = wg * 64 + wl * 16 + g + 8 * (r & 1), chunk = 2 * k4 + (r >> 1);
                     *(uint32_t *)(sbase + OFF_DS + row * 128 + ((chunk ^ g) << 4) + 4 * c) = adS[k4][r];
                 }
-            fence_proxy_async();
+            fence_proxy_async_smem();
 
             // dV_w += P^T dO_i, dK_w += dS^T Q_i      (lines 13, 16; scale applied at the end)
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sw128_desc(sdOs + k4 * 2048, BM * 128, 1024));
+            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024));
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sw128_desc(sQs + k4 * 2048, BM * 128, 1024));
+            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024));
             wgmma_commit();
             __syncthreads(); // dS^T of every warpgroup is in shared memory
 
@@ -373,20 +348,20 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                 if (ALLKEYS) {
 #pragma unroll
                     for (int kk = 0; kk < BN / 16; kk++)
-                        wgmma_ss_m64n64<BF16, 1, 1>(dQ, sw128_desc(sdS + kk * 2048, BN * 128, 1024),
-                                                    sw128_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
+                        wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + kk * 2048, BN * 128, 1024),
+                                                    sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
                 } else {
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++)
                         wgmma_ss_m64n64<BF16, 1, 1>(
-                            dQ, sw128_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
-                            sw128_desc(sK + cb * (BN * 128) + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
+                            dQ, sm90_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
+                            sm90_desc(sK + cb * (BN * 128) + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
                 }
                 wgmma_commit();
                 wgmma_wait<0>();
-                wgmma_reg_fence(dQ);
-                wgmma_reg_fence(dK);
-                wgmma_reg_fence(dV);
+                reg_fence(dQ);
+                reg_fence(dK);
+                reg_fence(dV);
                 const int col0 = cb * 64 + 2 * c;
 #pragma unroll
                 for (int j = 0; j < 8; j++)

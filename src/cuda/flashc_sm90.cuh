@@ -1,0 +1,135 @@
+// flashc_sm90.cuh -- Hopper (sm_90a) PTX helpers shared by the wgmma kernels: warpgroup matrix
+// multiply (wgmma.mma_async), its fences and waits, shared-memory matrix descriptors with the
+// 128-byte swizzle, the async-proxy fence, named barriers and mbarriers. Every fact used here is in
+// /work/shared/HOPPER-NOTES.md (section numbers below) and was checked on the H200.
+//
+// Compile only with -gencode=arch=compute_90a,code=sm_90a (HOPPER-NOTES 0): a plain compute_90
+// pass rejects wgmma. Files that include this are the inst/*_sm90.cu instances, which the
+// Makefile builds for sm_90a alone.
+//
+// The one smem layout of every operand tile: rows of a tile are split into 64-element column
+// blocks (128 bytes of bf16/f16); column block cb of a ROWS-row tile is ROWS * 128 contiguous
+// bytes, row r at r * 128, its 16-byte chunk j stored at chunk j ^ (r & 7) (the 128B swizzle,
+// HOPPER-NOTES 2.2; tiles 1024-byte aligned so the absolute-address pattern matches). The same
+// tile serves wgmma as K-major (Q, K: rows = M or N, columns = k) and as MN-major (V: rows = k,
+// columns = N), see sm90_desc_kmajor / sm90_desc_mnmajor.
+#ifndef FLASHC_SM90_CUH
+#define FLASHC_SM90_CUH
+
+#include "flashc_cuda_common.cuh"
+
+// ------------------------------------------------------------------------------------------------
+// swizzled tile addressing
+
+// Byte offset of element (r, c) (c a multiple of 8: a 16-byte chunk) in a ROWS-row swizzled tile.
+static __device__ __forceinline__ uint32_t sw128_offset(int rows, int r, int c) {
+    return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4));
+}
+
+// ------------------------------------------------------------------------------------------------
+// shared-memory matrix descriptors (HOPPER-NOTES 2.1, 2.3): 128B swizzle, base_offset 0
+
+static __device__ __forceinline__ uint64_t sm90_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+// K-major operand (A = Q rows, or B = K rows) of a tile with `rows` rows, starting at row r0 and
+// k-step kk (16 elements): the k-step lies in column block kk / 4, at +32 bytes per step inside
+// the 128-byte row; LBO is unused with the swizzle, SBO = 8 rows * 128 B.
+static __device__ __forceinline__ uint64_t sm90_desc_kmajor(uint32_t tile, int rows, int r0, int kk) {
+    return sm90_desc(tile + (uint32_t)((kk >> 2) * rows * 128 + r0 * 128 + (kk & 3) * 32), 16, 1024);
+}
+
+// MN-major B operand (V: rows = k, columns = N) of a tile with `rows` rows, k-step kk (rows
+// 16 kk .. 16 kk + 15): LBO = distance between 64-column blocks (rows * 128 B), SBO = 8 rows * 128 B,
+// +2048 B per k-step. Use with tnspB = 1 (wgmma_rs).
+static __device__ __forceinline__ uint64_t sm90_desc_mnmajor(uint32_t tile, int rows, int kk) {
+    return sm90_desc(tile + (uint32_t)(kk * 2048), (uint32_t)(rows * 128), 1024);
+}
+
+// ------------------------------------------------------------------------------------------------
+// wgmma protocol (HOPPER-NOTES 1.4): fence before the first wgmma and after any register write
+// to its operands, commit a batch, wait until at most N batches are in flight
+
+static __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+static __device__ __forceinline__ void wgmma_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N>
+static __device__ __forceinline__ void wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of an accumulator register across a wgmma
+// fence / wait (CUTLASS warpgroup_fence_operand).
+static __device__ __forceinline__ void reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+static __device__ __forceinline__ void reg_fence(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int N>
+static __device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) reg_fence(d[i]);
+}
+
+// Generic-proxy shared-memory writes (st.shared, cp.async) -> visible to wgmma (async proxy).
+// Every writing thread runs it after its writes landed, before the barrier (HOPPER-NOTES 7.2).
+static __device__ __forceinline__ void fence_proxy_async_smem(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// bar.sync on named barrier id (1..15; 0 is __syncthreads) for nthreads (a multiple of 32).
+static __device__ __forceinline__ void bar_sync(int id, int nthreads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// bar.arrive: counts toward named barrier id without waiting (the producer half of a bar.sync pair).
+static __device__ __forceinline__ void bar_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------
+// mbarrier (HOPPER-NOTES 4): init on one thread, then fence_mbarrier_init and a CTA barrier
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void fence_mbarrier_init(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on bar once every cp.async this thread issued so far has landed; .noinc: the arrival
+// counts against the count given at init (one per thread and phase).
+static __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Blocks until the phase with parity `parity` has completed (try_wait may time out: loop).
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------
+// wgmma.mma_async m64nNk16, f32 accumulator d[N / 2] (layout HOPPER-NOTES 1.6: thread t of the
+// warpgroup, register i -> row 16 (t / 32) + (t % 32) / 4 + 8 ((i >> 1) & 1),
+// column 8 (i >> 2) + 2 (t % 4) + (i & 1)). scale_d = 0: d = A B (old d ignored), else d += A B.
+
+// A, B from smem by descriptor, both K-major.
+template <typename T, int N>
+static __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int scale_d);
+
+// A from 4 registers (the accumulator layout of a 64 x 16 tile, HOPPER-NOTES 1.7), B MN-major.
+template <typename T, int N>
+static __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int scale_d);
+
+#include "flashc_sm90_wgmma.h"
+
+#endif // FLASHC_SM90_CUH

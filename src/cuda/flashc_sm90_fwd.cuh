@@ -1,0 +1,409 @@
+// flashc_sm90_fwd.cuh -- the Hopper forward kernel (FlashAttention-2 Algorithm 1 on wgmma) and its
+// launcher. Included by the generated inst/flashc_fwd_hd*_*_sm90.cu files only (built for sm_90a).
+// flashc_cuda.cu dispatches to it on compute capability 9.0 when every tensor allows 16-byte
+// access; everything else runs the mma.sync kernel of flashc_cuda_fwd.cuh.
+//
+// One CTA = NWG warpgroups, each owning 64 query rows of the BM = 64 NWG rows of Q_i (wgmma's M is
+// 64), so m_i, l_i and O_i of a row stay in one warpgroup (in fact in one quad of one warp, as
+// in the mma.sync kernel). No producer warp: every thread issues cp.async into the 128B-swizzled
+// tiles of flashc_sm90.cuh, which also zero-fills ragged tails and padded head-dim columns, so
+// varlen, seqused_k and any seqlen need nothing special. Per key block j, per warpgroup:
+//   S_ij = Q_i K_j^T      wgmma SS (both K-major), D / 16 k-steps, N = BN
+//   O_i += P_i,j-1 V_j-1  wgmma RS (P from registers: the S accumulator layout is the A layout,
+//                         HOPPER-NOTES 1.7), V MN-major, BN / 16 k-steps, N = D
+// The PV of the previous block is issued right after this block's S and runs while the softmax
+// of S_ij executes (FA3's intra-warpgroup overlap: wait_group 1 frees S, wait_group 0 then frees
+// O for the rescale). Loads run STAGES - 1 blocks ahead in a ring of STAGES K and STAGES V
+// buffers: at the top of iteration t (after one CTA barrier) K_t+STAGES-1 and V_t+STAGES-2 are
+// issued into the buffers whose last readers (S_t-1, PV_t-2) every warpgroup has already waited
+// for. CTAs run in groups of p.bh_chunk (batch, head)s, heaviest query blocks first inside a
+// group, so that the K/V a group streams stays in L2 (the host sizes the group).
+#ifndef FLASHC_SM90_FWD_CUH
+#define FLASHC_SM90_FWD_CUH
+
+#include "flashc_cuda_common.cuh"
+#include "flashc_cuda_tune.h"
+#include "flashc_sm90.cuh"
+
+// ROWS x D tile from rows 0..nrows-1 of g (row stride rs), columns 0..Dact-1 (zero elsewhere),
+// into the swizzled layout at shared address tile; cp.async by NTHREADS threads, the caller
+// commits. Needs 16-byte aligned pointers and strides (the dispatch checks). With NTHREADS / (D / 8)
+// a multiple of 8, a thread's rows all have the same r & 7, so its swizzled chunk is fixed.
+template <int ROWS, int D, int NTHREADS>
+static __device__ __forceinline__ void sm90_load_tile(uint32_t tile, const uint16_t *g, int64_t rs, int nrows,
+                                                      int Dact, const void *safe, int tid) {
+    constexpr int CPR = D / 8, RSTEP = NTHREADS / CPR;
+    static_assert(NTHREADS % CPR == 0 && RSTEP % 8 == 0, "thread shape");
+    const int r0 = tid / CPR, c = tid % CPR;
+    const bool col_ok = c * 8 < Dact;
+    const uint16_t *src = g + (int64_t)r0 * rs + c * 8;
+    const int64_t step = (int64_t)RSTEP * rs;
+    uint32_t dst = tile + sw128_offset(ROWS, r0, c * 8);
+#pragma unroll 1
+    for (int r = r0; r < ROWS; r += RSTEP) {
+        const bool ok = col_ok && r < nrows;
+        cp_async_16(dst, ok ? (const void *)src : safe, ok ? 16 : 0);
+        src += step;
+        dst += RSTEP * 128;
+    }
+}
+
+// Accumulator element i of thread lane l (within its warp) sits at row 8 ((i >> 1) & 1) + l / 4
+// of the warp's 16 rows, column 8 (i >> 2) + 2 (l % 4) + (i & 1) (HOPPER-NOTES 1.6).
+
+// softcap / ALiBi in place: raw q.k -> score in log2 units (as scores_transform of the mma.sync kernel).
+template <int BN>
+static __device__ __forceinline__ void sm90_scores_transform(float *S, const flashc_cuda_attn &a, float slope,
+                                                             int diag0, int col0) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) {
+        const int diag = diag0 + 8 * ((i >> 1) & 1);
+        const int col = col0 + 8 * (i >> 2) + (i & 1);
+        float x = S[i] * a.scale;
+        if (a.softcap > 0.f) x = a.softcap * tanhf(x * a.inv_softcap);
+        x -= slope * fabsf((float)(diag - col));
+        S[i] = x * FLASHC_LOG2E;
+    }
+}
+
+// Masked keys -> -inf; row0 / col0: the row and column of element 0 of this thread.
+template <int BN>
+static __device__ __forceinline__ void sm90_scores_mask(float *S, const flashc_cuda_attn &a, const flashc_cuda_seq &s,
+                                                        int row0, int col0) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int lo = key_lo(a, row0 + 8 * r, s.sq, s.sk), hi = key_hi(a, row0 + 8 * r, s.sq, s.sk);
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = col0 + 8 * nt + e;
+                if (col < lo || col >= hi) S[4 * nt + 2 * r + e] = -INFINITY;
+            }
+    }
+}
+
+// Q_i K_j^T for this warpgroup's 64 rows: S = (D / 16 wgmma k-steps), committed as one group.
+template <typename T, int D, int BM, int BN>
+static __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t sQ, uint32_t sK, int wg) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_ss<T, BN>(S, sm90_desc_kmajor(sQ, BM, 64 * wg, kk), sm90_desc_kmajor(sK, BN, 0, kk), kk > 0);
+    wgmma_commit();
+}
+
+// O += P V_j (BN / 16 k-steps), committed as one group.
+template <typename T, int D, int BN>
+static __device__ __forceinline__ void sm90_issue_pv(float *O, const uint32_t (*P)[4], uint32_t sV) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(O, P[kk], sm90_desc_mnmajor(sV, BN, kk), 1);
+    wgmma_commit();
+}
+
+// ------------------------------------------------------------------------------------------------
+// the kernel
+
+// PP = false: one CTA barrier per key block (cp.async.wait_group + __syncthreads), so the
+// warpgroups run in lockstep and their softmaxes coincide. PP = true: FA3's ping-pong. Each
+// thread's cp.asyncs of a ring slot arrive on an mbarrier (full[s], cp.async.mbarrier.arrive),
+// the warpgroups release slots on empty[s] once their wgmmas reading it are done, and a pair of
+// named barriers per warpgroup lets warpgroup i issue its wgmmas only after warpgroup i - 1 has
+// issued its own: the tensor cores then alternate between the warpgroups while each one's
+// softmax runs during the other's matmuls. The next slot is loaded after the softmax (when the
+// other warpgroup has surely released it). H200, D = 128, S = 4096, 2x128 3 stages: 460 / 419
+// TFLOP/s non-causal / causal against 389 / 358 in lockstep (dev/cuda/fwd90_lab.cu).
+// The cp.async writes are generic-proxy and a writer cannot fence after its asynchronous
+// arrive, so each reader runs fence.proxy.async after its full[s] wait, before its wgmmas read
+// the slot. That placement is our reading of the PTX proxy rules, backed so far only by the
+// tests (full cuda sweep 519 passed; memcheck/racecheck clean), not by a verified note.
+template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
+__global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __grid_constant__ flashc_fwd_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int NTHREADS = NWG * 128, BM = NWG * 64;
+    constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+    static_assert(D % 64 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
+    static_assert(STAGES >= 2 && STAGES <= 4, "K/V ring depth");
+
+    // 1024-byte aligned tiles (the swizzle pattern repeats every 1024 B of absolute address)
+    const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
+    const uint32_t full0 = sV0 + STAGES * KV_BYTES, empty0 = full0 + 8 * STAGES; // PP: mbarriers
+
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+
+    // --- which (query block, batch, head): groups of bh_chunk heads, heaviest blocks first ------
+    const int BH = p.a.B * p.a.H, per_chunk = p.n_m_blocks * p.bh_chunk;
+    const int chunk = (int)(blockIdx.x / per_chunk), in_chunk = (int)(blockIdx.x % per_chunk);
+    const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk); // the last group may be smaller
+    const int m_block = p.n_m_blocks - 1 - in_chunk / heads;
+    const int bh = chunk * p.bh_chunk + in_chunk % heads, h = bh % p.a.H, b = bh / p.a.H;
+    const flashc_cuda_seq s = cuda_seq(p.a, b);
+    const int m0 = m_block * BM;
+    if (m0 >= s.sq) return;
+    const int h_kv = h / p.a.group;
+    const int m_rows = min(BM, s.sq - m0);
+    const int trow = wg * 64 + warp * 16 + (lane >> 2);  // this thread's first row in the block (and +8)
+
+    const uint16_t *Qg = (const uint16_t *)p.q + b * p.q_bs + (s.q_row0 + m0) * p.q_rs + h * p.q_hs;
+    const uint16_t *Kg = (const uint16_t *)p.k + b * p.k_bs + s.k_row0 * p.k_rs + h_kv * p.k_hs;
+    const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + s.k_row0 * p.v_rs + h_kv * p.v_hs;
+
+    // --- key blocks this query block needs (causal / window skip whole blocks) -------------------
+    const int m_last = m0 + m_rows - 1;
+    const int n_lo = key_lo(p.a, m0, s.sq, s.sk), n_hi = key_hi(p.a, m_last, s.sq, s.sk);
+    const int nb_min = n_lo / BN;
+    const int nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : nb_min; // exclusive
+    const int full_lo = key_lo(p.a, m_last, s.sq, s.sk), full_hi = key_hi(p.a, m0, s.sq, s.sk);
+
+    const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
+    const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
+
+    // --- init: m_i = -inf, l_i = 0, O_i = 0        (Alg. 1 line 6) ------------------------------
+    float O[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) O[i] = 0.f;
+    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+
+    if (nb_max > nb_min) {
+        const int n_blocks = nb_max - nb_min; // key blocks (groups 0 .. n_blocks exist)
+        if (PP) {
+            if (tid == 0) {
+#pragma unroll
+                for (int i = 0; i < STAGES; i++) {
+                    mbar_init(full0 + 8 * i, NTHREADS);
+                    mbar_init(empty0 + 8 * i, NWG);
+                }
+                fence_mbarrier_init();
+            }
+            __syncthreads();
+            if (wg == NWG - 1) bar_arrive(8, 256); // warpgroup 0 issues first
+        }
+        // prologue: Q_i, K_0 .. K_STAGES-2, V_0 .. V_STAGES-3 (block t is nb_max - 1 - t), one
+        // commit group per t so that group t holds K_t and V_t-1
+        sm90_load_tile<BM, D, NTHREADS>(sQ, Qg, p.q_rs, m_rows, p.a.D, p.q, tid);
+#pragma unroll
+        for (int t = 0; t < STAGES - 1; t++) {
+            const int n0 = (nb_max - 1 - t) * BN;
+            if (n0 >= nb_min * BN)
+                sm90_load_tile<BN, D, NTHREADS>(sK0 + t * KV_BYTES, Kg + (int64_t)n0 * p.k_rs, p.k_rs, s.sk - n0,
+                                                p.a.D, p.k, tid);
+            if (t > 0 && n0 + BN >= nb_min * BN)
+                sm90_load_tile<BN, D, NTHREADS>(sV0 + (t - 1) * KV_BYTES, Vg + (int64_t)(n0 + BN) * p.v_rs, p.v_rs,
+                                                s.sk - n0 - BN, p.a.D, p.v, tid);
+            if (!PP) cp_async_commit();
+            else if (t <= n_blocks) cp_async_mbar_arrive(full0 + 8 * t);
+        }
+
+        uint32_t P[BN / 16][4]; // P_ij as the A operand of the next PV (bf16/f16 pairs)
+        int t = 0;
+        int st = 0, ph = 0; // t % STAGES: buffer of K_t and V_t; (t / STAGES) & 1: its mbarrier phase
+        // --- for each key block j, right to left (masked diagonal blocks of causal first) -------
+        for (int nb = nb_max - 1; nb >= nb_min; nb--, t++, ph ^= st == STAGES - 1, st = st == STAGES - 1 ? 0 : st + 1) {
+            const int n0 = nb * BN;
+            const uint32_t sK = sK0 + st * KV_BYTES;
+            if (PP) {
+                mbar_wait(full0 + 8 * st, ph); // K_t and V_t-1 landed
+                fence_proxy_async_smem();
+            } else {
+                cp_async_wait<STAGES - 2>();
+                fence_proxy_async_smem();
+                __syncthreads(); // K_t and V_t-1 landed; every warpgroup is done with the buffers refilled below
+            }
+            if (!PP) {
+                const int sk1 = st == 0 ? STAGES - 1 : st - 1;  // (t + STAGES - 1) % STAGES
+                const int sv1 = sk1 == 0 ? STAGES - 1 : sk1 - 1; // (t + STAGES - 2) % STAGES
+                const int n1 = n0 - (STAGES - 1) * BN, nv = n1 + BN;
+                if (n1 >= nb_min * BN)
+                    sm90_load_tile<BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs, s.sk - n1,
+                                                    p.a.D, p.k, tid);
+                if (nv >= nb_min * BN)
+                    sm90_load_tile<BN, D, NTHREADS>(sV0 + sv1 * KV_BYTES, Vg + (int64_t)nv * p.v_rs, p.v_rs, s.sk - nv,
+                                                    p.a.D, p.v, tid);
+                cp_async_commit();
+            }
+
+            // S_ij = Q_i K_j^T (line 8), then O_i += P_i,j-1 V_j-1 of the previous block
+            float S[BN / 2];
+            if (PP) bar_sync(8 + wg, 256); // the previous warpgroup has issued its wgmmas
+            wgmma_fence();
+            sm90_issue_qk<T, D, BM, BN>(S, sQ, sK, wg);
+            if (t > 0) {
+                sm90_issue_pv<T, D, BN>(O, P, sV0 + (st == 0 ? STAGES - 1 : st - 1) * KV_BYTES);
+                if (PP) bar_arrive(8 + (wg + 1) % NWG, 256); // the next warpgroup may issue
+                wgmma_wait<1>();
+            } else {
+                if (PP) bar_arrive(8 + (wg + 1) % NWG, 256);
+                wgmma_wait<0>();
+            }
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
+
+            const int row0 = m0 + trow, col0 = n0 + 2 * (lane & 3);
+            if (p.a.transform) sm90_scores_transform<BN>(S, p.a, slope, row0 + s.sk - s.sq, col0);
+            if (!(n0 >= full_lo && n0 + BN <= full_hi)) sm90_scores_mask<BN>(S, p.a, s, row0, col0);
+
+            // m_new = max(m_i, rowmax(S_ij)); P_ij = exp2(S_ij - m_new); l_i = alpha l_i + rowsum(P_ij)
+            // (lines 9-10). As in the mma.sync kernel, m_i moves only when a row's max grew by more
+            // than 8 (log2 units): P_ij <= 2^8 stays exact in fp32, and O_i is rescaled rarely.
+            float mx[2], alpha[2] = {1.f, 1.f};
+            bool grow = false;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float x = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+                mx[r] = quad_max(x) * sl2;
+                grow |= mx[r] > m_i[r] + 8.f;
+            }
+            const bool rescale = __any_sync(0xffffffffu, grow);
+            if (rescale) {
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float m_new = fmaxf(m_i[r], mx[r]);
+                    alpha[r] = ex2(m_i[r] - (m_new == -INFINITY ? 0.f : m_new));
+                    m_i[r] = m_new;
+                    l_i[r] *= alpha[r];
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float ms = m_i[r] == -INFINITY ? 0.f : m_i[r];
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float x = ex2(fmaf(S[4 * nt + 2 * r + e], sl2, -ms));
+                        S[4 * nt + 2 * r + e] = x;
+                        sum += x;
+                    }
+                l_i[r] += sum;
+            }
+
+            if (PP) { // load K_t+STAGES-1, V_t+STAGES-2 into the slot every warpgroup released after block t - 1
+                const int sk1 = st == 0 ? STAGES - 1 : st - 1;
+                const int sv1 = sk1 == 0 ? STAGES - 1 : sk1 - 1;
+                const int n1 = n0 - (STAGES - 1) * BN, nv = n1 + BN;
+                if (nv >= nb_min * BN) { // group t + STAGES - 1 <= T exists
+                    if (t > 0) mbar_wait(empty0 + 8 * sk1, st == 0 ? ph ^ 1 : ph);
+                    if (n1 >= nb_min * BN)
+                        sm90_load_tile<BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs,
+                                                        s.sk - n1, p.a.D, p.k, tid);
+                    sm90_load_tile<BN, D, NTHREADS>(sV0 + sv1 * KV_BYTES, Vg + (int64_t)nv * p.v_rs, p.v_rs, s.sk - nv,
+                                                    p.a.D, p.v, tid);
+                    cp_async_mbar_arrive(full0 + 8 * sk1);
+                }
+            }
+
+            // the previous PV is done: O_i may be rescaled and P may be overwritten
+            wgmma_wait<0>();
+            if (PP && (tid & 127) == 0) mbar_arrive(empty0 + 8 * st); // this warpgroup is done with K_t, V_t-1
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
+            if (rescale) {
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) O[i] *= alpha[(i >> 1) & 1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
+        }
+
+        // the last O_i += P V
+        if (PP) {
+            mbar_wait(full0 + 8 * st, ph);
+            fence_proxy_async_smem();
+            bar_sync(8 + wg, 256);
+        } else {
+            cp_async_wait<0>();
+            fence_proxy_async_smem();
+            __syncthreads();
+        }
+        wgmma_fence();
+        sm90_issue_pv<T, D, BN>(O, P, sV0 + (st == 0 ? STAGES - 1 : st - 1) * KV_BYTES);
+        if (PP && wg != NWG - 1) bar_arrive(8 + wg + 1, 256);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
+    }
+
+    // --- epilogue: O_i = O_i / l_i; L_i = m_i + log(l_i)    (lines 12-13) -------------------------
+    // Each warpgroup stages its own 64 rows of O_i in its rows of the (swizzled) Q tile, which
+    // only its own, finished, wgmmas read, then stores them as 16-byte chunks.
+    float *lse = p.lse;
+    const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
+    uint16_t *smem = (uint16_t *)((char *)flashc_smem + (sQ - smem_u32(flashc_smem)));
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_i[r]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = trow + 8 * r;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const uint32_t off = sw128_offset(BM, row, 8 * nt) + 4 * (lane & 3);
+            *(uint32_t *)((char *)smem + off) = pack2<T>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+        }
+        if (lse && (lane & 3) == 0 && m0 + row < s.sq)
+            lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+    }
+    bar_sync(1 + wg, 128);
+    uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0) * p.o_rs + h * p.o_hs;
+    const int t128 = tid & 127;
+#pragma unroll
+    for (int it = 0; it < 64 * D / 8 / 128; it++) {
+        const int idx = t128 + it * 128, r = wg * 64 + idx / (D / 8), c = 8 * (idx % (D / 8));
+        if (r < m_rows && c < p.a.D)
+            *(uint4 *)(Og + (int64_t)r * p.o_rs + c) = *(const uint4 *)((const char *)smem + sw128_offset(BM, r, c));
+    }
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// launchers: one per tile shape, and the tuned one per (dtype, D), instantiated in inst/*_sm90.cu
+
+// (batch, head)s per CTA group: as many as keep the group's K and V within ~24 MB of the H200's
+// 50 MB L2 (all of a group's query blocks run at about the same time and reread the same K/V),
+// whole GQA groups at a time. Causal / windowed problems take one group (heaviest query blocks
+// first over the whole grid, the mma.sync kernel's order): with groups, each group's heavy
+// blocks start late and the last group's make a tail. H200, S = 4096, bf16 (dev/cuda/fwd90_lab.cu),
+// grouped vs one group, TFLOP/s: non-causal D = 64 311 vs 307, 128 457 vs 452, 256 484 vs 477;
+// causal 64 287 vs 283, 128 427 vs 438, 256 405 vs 459 (the lab's run-to-run noise is ~3%: one
+// tile read 467 and 484 in the same run, so only the causal D = 256 gap is clearly real).
+// bh_chunk > 0 set by the caller is kept.
+static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
+    const long long BH = (long long)p->a.B * p->a.H;
+    if (p->a.window_left >= 0 || p->a.window_right >= 0) return (int)BH;
+    const long long kv_head = 2LL * p->a.Sk * p->a.D * 2; // K and V bytes of one kv head
+    long long n = (24LL << 20) / (kv_head > 0 ? kv_head : 1) * p->a.group;
+    n = n < p->a.group ? p->a.group : n;
+    return (int)(n > BH ? BH : n < 1 ? 1 : n);
+}
+
+template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
+cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) {
+    // + 1024: the manual alignment; + 64: the mbarriers
+    constexpr int smem = 1024 + (NWG * 64 + 2 * STAGES * BN) * D * 2 + 64;
+    void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, PP>;
+    p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
+    const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
+    if (blocks == 0) return cudaSuccess;
+    if (p->bh_chunk <= 0) p->bh_chunk = flashc_sm90_bh_chunk(p);
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    kernel<<<(unsigned)blocks, NWG * 128, smem, stream>>>(*p);
+    return cudaGetLastError();
+}
+
+// The tuned tile; p->sm90_pp = 1 / 2 forces the lockstep / ping-pong loop (A/B timing, tests).
+template <typename T, int D>
+cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t stream) {
+    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D);
+    static_assert(flashc_cuda_fwd_sm90_smem(D) == 1024 + (t.bm + 2 * t.stages * t.bn) * D * 2 + 64, "smem formula");
+    const bool pp = p->sm90_pp ? p->sm90_pp == 2 : t.pingpong != 0;
+    return pp ? flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, true>(p, stream)
+              : flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, false>(p, stream);
+}
+
+#endif // FLASHC_SM90_FWD_CUH
