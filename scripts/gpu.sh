@@ -3,22 +3,26 @@
 #   1. build: make -j (nvcc found => the CUDA backend is in), plus build/test_flashc
 #   2. the whole C test sweep on the CUDA backend against the fp64 reference
 #      (build/test_flashc --backend cuda: O, LSE, dQ, dK, dV, masks, GQA, varlen, strides, determinism)
-#   3. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes)
+#      and the KV-cache / merge tests (build/test_kvcache --backend cuda: paged, splits, rotary)
+#   3. the Python tests on the GPU (FLASHC_REQUIRE_CUDA=1 pytest python/tests, or PYTEST_ARGS)
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
-#      writes bench/results/<gpu>-<date>-cuda.jsonl
-# Logs go to $OUT (the device tool's output folder) or build/gpu-logs (at most 7 files: build, test,
-# memcheck, racecheck, bench logs, summary.txt and the results file); a short summary is printed last.
+#      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
+#      BENCH_DECODE=0
+#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes)
+# Logs go to build/gpu-logs, or under the device tool's $OUT, where they end as gpu-logs.tar.gz beside
+# summary.txt and the results files; a short summary is printed last.
 # Without a GPU (no nvidia-smi, or no device), steps 2-4 are skipped with a message and it exits 0.
 # Exit status: 0 all passed, 1 a test or sanitizer failed, 2 the build failed.
 #
-# Usage: sh scripts/gpu.sh [all|test|sanitize|bench]...   (default: all)
+# Usage: sh scripts/gpu.sh [all|test|python|bench|sanitize]...   (default: all, in that order)
 #   BUILD=dir (default build); GPU_JOBS=N make parallelism (default: nproc); SKIP_BUILD=1 uses an
 #   existing $BUILD/libflashc.so and $BUILD/test_flashc; TEST_TIMEOUT / SANITIZE_TIMEOUT in seconds;
 #   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the sanitizer cases.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-LOG=${OUT:-$BUILD/gpu-logs}
+LOG=${OUT:+$OUT/logs}
+LOG=${LOG:-$BUILD/gpu-logs}
 mkdir -p "$LOG"
 STEPS=${*:-all}
 want() { case " $STEPS " in *" all "*|*" $1 "*) return 0 ;; esac; return 1; }
@@ -28,7 +32,7 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -e "$BUILD/libflashc.so" ]; then
     start=$(date +%s)
-    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
+    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" "$BUILD/test_kvcache" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
     note "build: ok in $(( $(date +%s) - start )) s ($(grep -c 'nvcc' "$LOG/build.log") nvcc calls; log build.log)"
 fi
 
@@ -45,6 +49,29 @@ if want test; then
     t=$?
     [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/test.log" | head -20
     note "test (cuda, full sweep): $(tail -1 "$LOG/test.log") [exit $t, $(( $(date +%s) - start )) s; log test.log]"
+    start=$(date +%s)
+    timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_kvcache" --backend cuda >"$LOG/kvcache.log" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/kvcache.log" | head -20
+    note "test_kvcache (cuda): $(tail -1 "$LOG/kvcache.log") [exit $t, $(( $(date +%s) - start )) s; log kvcache.log]"
+fi
+
+if want python; then
+    start=$(date +%s)
+    FLASHC_LIBRARY="$PWD/$BUILD/libflashc.so" FLASHC_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 timeout "${PYTEST_TIMEOUT:-900}" \
+        python3 -m pytest -q ${PYTEST_ARGS:-python/tests} >"$LOG/python.log" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "FAILED|Error" "$LOG/python.log" | head -10
+    note "python (cuda): $(tail -1 "$LOG/python.log") [exit $t, $(( $(date +%s) - start )) s; log python.log]"
+fi
+
+
+if want bench; then
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --lib "$BUILD/libflashc.so" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log" | tail -48 >/tmp/flashc_bench_tail.txt
+    if [ "${BENCH_DECODE:-1}" != 0 ]; then
+        env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --lib "$BUILD/libflashc.so" --decode 2>&1 | tee "$LOG/bench_decode.log" | tail -16 >>/tmp/flashc_bench_tail.txt
+    fi
+    cp bench/results/*-cuda*.jsonl "$LOG/" 2>/dev/null
 fi
 
 if want sanitize; then
@@ -64,13 +91,14 @@ if want sanitize; then
     fi
 fi
 
-if want bench; then
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --lib "$BUILD/libflashc.so" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log" | tail -48 >/tmp/flashc_bench_tail.txt
-    cp bench/results/*-cuda.jsonl "$LOG/" 2>/dev/null
-fi
-
 echo
 echo "================ gpu.sh summary ================"
 want bench && cat /tmp/flashc_bench_tail.txt
 cat "$SUMMARY"
+# the device tool returns at most 8 files from $OUT: the summary and results files as they are,
+# every log in one archive
+if [ -n "${OUT:-}" ]; then
+    cp "$SUMMARY" "$LOG"/*.jsonl "$OUT/" 2>/dev/null
+    tar -C "$OUT" -czf "$OUT/gpu-logs.tar.gz" logs && rm -rf "$LOG"
+fi
 exit $rc
