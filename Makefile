@@ -31,7 +31,8 @@ C_SRCS  = $(wildcard src/*.c src/ref/*.c src/cpu/*.c)
 C_OBJS  = $(patsubst %.c,$(BUILD)/%.o,$(C_SRCS))
 CU_SRCS = $(if $(NVCC),$(wildcard src/cuda/*.cu src/cuda/inst/*.cu))
 CU_OBJS = $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRCS))
-HDRS    = include/flashc.h $(wildcard src/*.h src/cpu/*.h src/ref/*.h src/cuda/*.h src/cuda/*.cuh)
+HDRS    = include/flashc.h $(wildcard src/*.h src/cpu/*.h src/ref/*.h)
+CU_HDRS = include/flashc.h $(wildcard src/*.h src/cuda/*.h src/cuda/*.cuh)
 
 ifneq ($(CU_SRCS),)
   CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -71,11 +72,11 @@ $(BUILD)/%.o: %.c $(HDRS) $(MODE_STAMP)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
 
-$(BUILD)/%.o: %.cu $(HDRS)
+$(BUILD)/%.o: %.cu $(CU_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/%_sm90.o: %_sm90.cu $(HDRS)
+$(BUILD)/%_sm90.o: %_sm90.cu $(CU_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out $(GPU_ARCH),$(NVCCFLAGS)) $(GPU_ARCH_SM90A) -c $< -o $@
 
