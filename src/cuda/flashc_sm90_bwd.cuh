@@ -95,30 +95,6 @@ struct flashc_is_bf16<__nv_bfloat16> {
 // ------------------------------------------------------------------------------------------------
 // tiles and the elementwise step
 
-// Load a ROWS x D tile into the swizzled layout at shared address s: rows 0..nrows-1, columns
-// 0..Dact-1 of g (row stride rs elements), zero elsewhere. Needs 16-byte aligned rows (the
-// dispatch checks p.a.aligned). Thread tid moves chunk column c = tid % (D / 8) of rows
-// tid / (D / 8) + k * RSTEP; RSTEP is a multiple of 8, so the swizzled chunk is the same in all its
-// rows and the destination steps by a constant.
-template <int ROWS, int D, int NTHREADS>
-static __device__ __forceinline__ void load_tile_sw128(uint32_t s, const uint16_t *g, int64_t rs, int nrows,
-                                                       int Dact, const void *safe, int tid) {
-    constexpr int CPR = D / 8, RSTEP = NTHREADS / CPR;
-    static_assert(NTHREADS % CPR == 0 && ROWS % RSTEP == 0 && RSTEP % 8 == 0, "tile / thread shape");
-    const int r0 = tid / CPR, c = tid % CPR;
-    const bool col_ok = c * 8 < Dact;
-    const uint16_t *src = g + (int64_t)r0 * rs + c * 8;
-    const int64_t step = (int64_t)RSTEP * rs;
-    uint32_t dst = s + (uint32_t)((c >> 3) * (ROWS * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4));
-#pragma unroll 1
-    for (int r = r0; r < ROWS; r += RSTEP) {
-        const bool ok = col_ok && r < nrows;
-        cp_async_16(dst, ok ? (const void *)src : safe, ok ? 16 : 0);
-        src += step;
-        dst += RSTEP * 128;
-    }
-}
-
 // Q_i, dO_i (swizzled) and lse2_i, D_i of query block mm0 of head h.
 template <int BM, int D, int NTHREADS>
 static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params &p, const flashc_cuda_seq &s, int b,
@@ -127,8 +103,8 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
     const int rows = min(BM, s.sq - mm0);
     const uint16_t *Qg = (const uint16_t *)p.q + b * p.q_bs + (s.q_row0 + mm0) * p.q_rs + h * p.q_hs;
     const uint16_t *dOg = (const uint16_t *)p.dout + b * p.do_bs + (s.q_row0 + mm0) * p.do_rs + h * p.do_hs;
-    load_tile_sw128<BM, D, NTHREADS>(sQ, Qg, p.q_rs, rows, p.a.D, p.q, tid);
-    load_tile_sw128<BM, D, NTHREADS>(sdO, dOg, p.do_rs, rows, p.a.D, p.dout, tid);
+    sm90_load_tile<BM, D, NTHREADS>(sQ, Qg, p.q_rs, rows, p.a.D, p.q, tid);
+    sm90_load_tile<BM, D, NTHREADS>(sdO, dOg, p.do_rs, rows, p.a.D, p.dout, tid);
     const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
     for (int i = tid; i < BM; i += NTHREADS) {
         cp_async_4(smem_u32(sL + i), p.lse2 + r0 + i, 4);
@@ -251,8 +227,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
     if (count > 0) {
         const uint16_t *Kg = (const uint16_t *)p.k + b * p.k_bs + (s.k_row0 + n0) * p.k_rs + h_kv * p.k_hs;
         const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + (s.k_row0 + n0) * p.v_rs + h_kv * p.v_hs;
-        load_tile_sw128<BN, D, NTHREADS>(sK, Kg, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
-        load_tile_sw128<BN, D, NTHREADS>(sV, Vg, p.v_rs, s.sk - n0, p.a.D, p.v, tid);
+        sm90_load_tile<BN, D, NTHREADS>(sK, Kg, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
+        sm90_load_tile<BN, D, NTHREADS>(sV, Vg, p.v_rs, s.sk - n0, p.a.D, p.v, tid);
         sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO, sL,
                                            sDl, tid);
         cp_async_commit();

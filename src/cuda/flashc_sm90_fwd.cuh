@@ -25,29 +25,6 @@
 #include "flashc_cuda_tune.h"
 #include "flashc_sm90.cuh"
 
-// ROWS x D tile from rows 0..nrows-1 of g (row stride rs), columns 0..Dact-1 (zero elsewhere),
-// into the swizzled layout at shared address tile; cp.async by NTHREADS threads, the caller
-// commits. Needs 16-byte aligned pointers and strides (the dispatch checks). With NTHREADS / (D / 8)
-// a multiple of 8, a thread's rows all have the same r & 7, so its swizzled chunk is fixed.
-template <int ROWS, int D, int NTHREADS>
-static __device__ __forceinline__ void sm90_load_tile(uint32_t tile, const uint16_t *g, int64_t rs, int nrows,
-                                                      int Dact, const void *safe, int tid) {
-    constexpr int CPR = D / 8, RSTEP = NTHREADS / CPR;
-    static_assert(NTHREADS % CPR == 0 && RSTEP % 8 == 0, "thread shape");
-    const int r0 = tid / CPR, c = tid % CPR;
-    const bool col_ok = c * 8 < Dact;
-    const uint16_t *src = g + (int64_t)r0 * rs + c * 8;
-    const int64_t step = (int64_t)RSTEP * rs;
-    uint32_t dst = tile + sw128_offset(ROWS, r0, c * 8);
-#pragma unroll 1
-    for (int r = r0; r < ROWS; r += RSTEP) {
-        const bool ok = col_ok && r < nrows;
-        cp_async_16(dst, ok ? (const void *)src : safe, ok ? 16 : 0);
-        src += step;
-        dst += RSTEP * 128;
-    }
-}
-
 // Accumulator element i of thread lane l (within its warp) sits at row 8 ((i >> 1) & 1) + l / 4
 // of the warp's 16 rows, column 8 (i >> 2) + 2 (l % 4) + (i & 1) (HOPPER-NOTES 1.6).
 
