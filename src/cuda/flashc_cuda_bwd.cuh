@@ -227,14 +227,8 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_bwd_dkdv_kernel(const __gr
     if (n0 >= s.sk_len) return;
 
     // --- query rows that see some key of this block: [i_min, i_max] --------------------------------
-    int i_min = 0, i_max = s.sq - 1;
-    if (n0 >= s.sk) {
-        i_max = -1; // keys past seqused_k: seen by nobody, zero gradients
-    } else {
-        const long long n_end = min(n0 + BN, s.sk), shift = (long long)s.sk - s.sq;
-        if (p.a.window_right >= 0) i_min = (int)max(0LL, (long long)n0 - shift - p.a.window_right);
-        if (p.a.window_left >= 0) i_max = (int)min((long long)s.sq - 1, n_end - 1 - shift + p.a.window_left);
-    }
+    int i_min, i_max;
+    rows_seeing_keys(p.a, s, n0, BN, &i_min, &i_max);
     const int mb_begin = i_min / BM;
     const int n_mb = i_max >= i_min ? i_max / BM + 1 - mb_begin : 0;
     const int count = n_mb * p.a.group; // (query head of the group, query block) pairs

@@ -145,6 +145,21 @@ static __device__ __forceinline__ int key_hi(const flashc_cuda_attn &a, int i, i
     return h > sk ? sk : (int)(h < 0 ? 0 : h);
 }
 
+// The query rows [*i_min, *i_max] that see some key of [n0, n0 + BN) (the backward's key block):
+// none (*i_max < *i_min) for keys past seqused_k, whose gradients are zero.
+static __device__ __forceinline__ void rows_seeing_keys(const flashc_cuda_attn &a, const flashc_cuda_seq &s, int n0,
+                                                        int BN, int *i_min, int *i_max) {
+    *i_min = 0;
+    *i_max = s.sq - 1;
+    if (n0 >= s.sk) {
+        *i_max = -1;
+        return;
+    }
+    const long long n_end = min(n0 + BN, s.sk), shift = (long long)s.sk - s.sq;
+    if (a.window_right >= 0) *i_min = (int)max(0LL, (long long)n0 - shift - a.window_right);
+    if (a.window_left >= 0) *i_max = (int)min((long long)s.sq - 1, n_end - 1 - shift + a.window_left);
+}
+
 // Row index into the backward's fp32 workspace arrays for (b, h) (add i).
 static __device__ __forceinline__ int64_t ws_row(const flashc_bwd_params &p, int b, int h, const flashc_cuda_seq &s) {
     if (p.a.cu_q) return (int64_t)h * p.ws_rows_per_head + s.q_row0 + (int64_t)b * FLASHC_WS_PAD;
