@@ -340,26 +340,6 @@ static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &
     }
 }
 
-// The same through cp.async into this thread's own 16-byte slots of a ring stage. Each thread
-// later reads only what it copied itself, so cp.async.wait_group alone orders copy and read: no
-// barrier in the main loop.
-template <int KPG, int NV, int TPK>
-static __device__ __forceinline__ void issue_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
-                                                     const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
-                                                     int j0, int ke, uint32_t slot) {
-#pragma unroll
-    for (int k = 0; k < KPG; k++) {
-        int64_t ko, vo;
-        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-            const uint32_t dst = slot + (uint32_t)((k * NV + v) * 2 * DEC_THREADS * 16);
-            cp_async_16(dst, kl[v] + ko, 16);
-            cp_async_16(dst + DEC_THREADS * 16, vl[v] + vo, 16);
-        }
-    }
-}
-
 // The split-KV merge inside the attention kernel, run by the last split of a (b, kv head, row
 // chunk) to finish (a separate merge kernel of B * H rows is latency-bound at batch 1: B * H_kv
 // CTAs reading n_splits partials each, after a launch gap). lse = M + log(sum_s exp(lse_s - M)),
@@ -443,21 +423,16 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
 //           offsets, keys past ke zero-filled; the path for unaligned or huge-stride caches
 //   PIPE 1  fast loads into registers at the top of each step
 //   PIPE 2  fast loads one step ahead (register double buffer)
-//   PIPE 3  fast loads through a DEC_STAGES-deep cp.async ring in shared memory, DEC_STAGES - 1
-//           steps ahead (each thread its own conflict-free 16-byte slots)
-#define DEC_STAGES 4
-
-template <int DP, int ROWS>
-static constexpr int dec_ring_smem() {
-    return DEC_STAGES * dec_shape<__half, DP, ROWS>::KPG * dec_shape<__half, DP, ROWS>::NV * 2 * DEC_THREADS * 16;
-}
+// (A PIPE 3, a 4-stage cp.async ring in shared memory 3 steps ahead, was dropped: 64 KB of shared
+// memory per CTA, so 3 CTAs per SM, and with the fused merge it ran batch 64 kv 64k at 3300 GB/s
+// (2 splits) in the H200 run where pipe 1 ran kv 4k / 16k at 3985 / 4126; an earlier run had
+// pipe 1 at 4251 on that shape.)
 
 template <typename T, int DP, int ROWS, int PIPE>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
     typedef dec_shape<T, DP, ROWS> S;
     constexpr int TPK = S::TPK, NV = S::NV, E = S::E, GPW = S::GPW, NG = S::NG, KPG = S::KPG, N = S::N, C = S::C,
                   LPR = S::LPR, TILE = S::TILE;
-    extern __shared__ __align__(16) uint4 dsm[]; // PIPE 3: [stage][k][v][K, V][thread] 16-byte slots
     __shared__ __align__(16) float sP[NG][N + ROWS];    // per key group: P_ij of the step, then alpha per row
     __shared__ float sML[NG][2][ROWS];                  // per key group: m_i, l_i at the end
     __shared__ float sO[DEC_WARPS][ROWS][DP];           // per warp: O_i (unnormalised)
@@ -543,20 +518,9 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
         vl[v] = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + d0;
     }
     const int unit32 = (int)unit_b;
-    constexpr int STAGE_SLOTS = KPG * NV * 2 * DEC_THREADS; // 16-byte slots per ring stage
-    const uint32_t ring = smem_u32(dsm) + threadIdx.x * 16;
     const int n_tiles = (ke - kb + TILE - 1) / TILE;
     uint4 kn[KPG][NV], vn[KPG][NV]; // PIPE 2: the next step's
     if (PIPE == 2 && n_tiles > 0) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + grp * KPG, ke, kn, vn);
-    if (PIPE == 3) {
-#pragma unroll
-        for (int st = 0; st < DEC_STAGES - 1; st++) {
-            if (st < n_tiles)
-                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + st * TILE + grp * KPG, ke,
-                                            ring + st * STAGE_SLOTS * 16);
-            cp_async_commit();
-        }
-    }
     for (int t = 0; t < n_tiles; t++) {
         const int j0 = kb + t * TILE + grp * KPG;
         uint4 kr[KPG][NV], vr[KPG][NV];
@@ -564,27 +528,12 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
             load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
         } else if (PIPE == 1) {
             load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0, ke, kr, vr);
-        } else if (PIPE == 2) {
+        } else {
 #pragma unroll
             for (int k = 0; k < KPG; k++)
 #pragma unroll
                 for (int v = 0; v < NV; v++) kr[k][v] = kn[k][v], vr[k][v] = vn[k][v];
             if (t + 1 < n_tiles) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + TILE, ke, kn, vn);
-        } else {
-            const int tn = t + DEC_STAGES - 1; // the step DEC_STAGES - 1 ahead, into the slot read last step
-            if (tn < n_tiles)
-                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + (DEC_STAGES - 1) * TILE, ke,
-                                            ring + (tn % DEC_STAGES) * STAGE_SLOTS * 16);
-            cp_async_commit();
-            cp_async_wait<DEC_STAGES - 1>(); // step t's group has landed
-            const uint4 *slot = dsm + (t % DEC_STAGES) * STAGE_SLOTS + threadIdx.x;
-#pragma unroll
-            for (int k = 0; k < KPG; k++)
-#pragma unroll
-                for (int v = 0; v < NV; v++) {
-                    kr[k][v] = slot[((k * NV + v) * 2) * DEC_THREADS];
-                    vr[k][v] = slot[((k * NV + v) * 2 + 1) * DEC_THREADS];
-                }
         }
 
         // S_ij = Q_i K_j^T (line 8): my lanes' partial sums, s[r * KPG + k]
@@ -659,7 +608,6 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
         }
     }
 
-    if (PIPE == 3) cp_async_wait<0>(); // the empty groups committed past the last step
 
     // --- merge the key groups: first (m, l) of every row to every lane of the group
 #pragma unroll
@@ -820,57 +768,31 @@ static int rows_per_cta(const flashc_problem *p) {
 
 typedef void (*dec_kernel_fn)(flashc_decode_params);
 
-typedef struct dec_kernel {
-    dec_kernel_fn fn;
-    int smem; // dynamic shared memory bytes
-} dec_kernel;
-
 // The pipe for the 4-row kernels of head_dim <= 128 on a fast-path cache, by shape. H200,
-// 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 / 3 (copy: 4240; the
+// 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 (copy: 4240; the
 // split-KV merge then still a separate kernel):
-//   B 1:  kv 4k 582 / 703 / 724,     16k 1538 / 1682 / 1608,  64k 2809 / 3091 / 2892
-//   B 16: kv 4k 3354 / 3559 / 3344,  16k 3965 / 4265 / 4149,  64k 4179 / 4478 / 4390
-//   B 64: kv 4k 4042 / 3773 / 3720,  16k 4198 / 4107 / 4045,  64k 4251 / 4203 / 4428
-// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 (one step ahead in registers) wherever
-// the grid needs splitting; with two and more CTAs per SM without splits (B 64), pipe 1 below
-// 32k keys (more CTAs resident) and pipe 3 (3 steps ahead in shared memory) from 32k on.
+//   B 1:  kv 4k 582 / 703,     16k 1538 / 1682,  64k 2809 / 3091
+//   B 16: kv 4k 3354 / 3559,   16k 3965 / 4265,  64k 4179 / 4478
+//   B 64: kv 4k 4042 / 3773,   16k 4198 / 4107,  64k 4251 / 4203
+// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 (one step ahead in registers, 168
+// registers: 3 CTAs per SM) wherever the grid needs splitting; pipe 1 (126 registers: 4 CTAs per
+// SM, so batch 64 x 8 kv heads fits one wave of 528 without splits) with >= 2 CTAs per SM unsplit.
+// With the merge fused, the same run gave pipe 1 at batch 64 kv 4k / 16k 3985 / 4126.
 static int pick_pipe(const flashc_problem *p, int sm_count) {
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
     const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
-    if (items < 2LL * sm_count) return 2;
-    return p->Sk >= 32768 ? 3 : 1;
-}
-
-template <typename T, int DP>
-static dec_kernel ring_kernel(void) {
-    static int ready = 0; // the > 48 KB of dynamic shared memory is allowed once
-    const int smem = dec_ring_smem<DP, 4>();
-    dec_kernel k = {flashc_decode_kernel<T, DP, 4, 3>, smem};
-    if (!ready) {
-        if (cudaFuncSetAttribute(flashc_decode_kernel<T, DP, 4, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem) != cudaSuccess) {
-            cudaGetLastError();
-            k.fn = NULL;
-            return k;
-        }
-        ready = 1;
-    }
-    return k;
+    return items < 2LL * sm_count ? 2 : 1;
 }
 
 template <typename T>
-static dec_kernel pick_kernel(int Dp, int rows, int fast, int pipe) {
-    dec_kernel k = {NULL, 0};
-    if (fast && rows == 4 && Dp <= 128 && pipe > 0) {
-        if (pipe == 3) k = Dp == 64 ? ring_kernel<T, 64>() : ring_kernel<T, 128>();
-        else if (pipe == 2) k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
-        else k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
-        if (k.fn) return k;
+static dec_kernel_fn pick_kernel(int Dp, int rows, int fast, int pipe) {
+    if (fast && rows == 4 && Dp <= 128) {
+        if (pipe == 2) return Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
+        return Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
     }
-    if (Dp == 64) k.fn = rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
-    else if (Dp == 128) k.fn = rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
-    else k.fn = flashc_decode_kernel<T, 256, 4, 0>;
-    return k;
+    if (Dp == 64) return rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
+    if (Dp == 128) return rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
+    return flashc_decode_kernel<T, 256, 4, 0>;
 }
 
 static int kv_vec_ok(const flashc_problem *p, const void *k, const void *v) {
@@ -887,7 +809,7 @@ static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
     return kv_vec_ok(p, k, v);
 }
 
-static dec_kernel decode_kernel(const flashc_problem *p, int kv_vec, int sm_count) {
+static dec_kernel_fn decode_kernel(const flashc_problem *p, int kv_vec, int sm_count) {
     const int pipe = pick_pipe(p, sm_count);
     return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(pad_dim(p->D), rows_per_cta(p), kv_vec, pipe)
                                          : pick_kernel<__half>(pad_dim(p->D), rows_per_cta(p), kv_vec, pipe);
@@ -903,9 +825,9 @@ static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, in
     if (a->num_splits > 0) return a->num_splits;
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
     const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
-    const dec_kernel k = decode_kernel(p, 1, sm_count);
+    const dec_kernel_fn k = decode_kernel(p, 1, sm_count);
     int occ = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k, DEC_THREADS, 0) != cudaSuccess ||
         occ < 1) {
         cudaGetLastError();
         occ = 1;
@@ -1022,8 +944,8 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
 
     // 2. the attention, split-KV; the last split of each (b, kv head, row chunk) merges
     dim3 grid((unsigned)(P.row_chunks * P.n_splits), (unsigned)p->H_kv, (unsigned)p->B);
-    const dec_kernel k = decode_kernel(p, fast, sm_count);
-    k.fn<<<grid, DEC_THREADS, k.smem, stream>>>(P);
+    const dec_kernel_fn k = decode_kernel(p, fast, sm_count);
+    k<<<grid, DEC_THREADS, 0, stream>>>(P);
     return cudaGetLastError();
 }
 
