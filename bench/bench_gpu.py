@@ -22,9 +22,10 @@ with page 16 through a shuffled block table) beside SDPA FLASH and CUDNN on the 
 GQA, enable_gqa=True), reported as GB/s of K and V read (the cache's bytes, 8 kv heads, / time)
 against the copy bandwidth measured in the same run. Caches smaller than 512 MB are rotated
 through several copies so L2 (50 MB) never holds them. The full cache is passed with
-cache_seqlens = NULL: the front end then reads nothing back to the host, and the timed call is
-the kernels alone; "flashc_append" times the real decode step (cache_seqlens given, one token
-appended), whose front end copies cache_seqlens to the host for validation on every call.
+cache_seqlens = NULL; "flashc_append" times the real decode step (cache_seqlens given, one token
+appended; the CUDA front end reads nothing back to the host) and "flashc_graph" the same step
+captured once in a CUDA graph and replayed (checked bit-identical to the eager call). At batch 1,
+"flashc_sN" force N splits (kv.num_splits) beside the library's own choice.
 
 Usage: python3 bench/bench_gpu.py [--lib build/libflashc.so] [--out FILE.jsonl] [--quick] [--decode]
 Writes one JSON line per measurement (DESIGN.md §3) and prints a table with the ratios last.
@@ -64,7 +65,7 @@ class KvDesc(ctypes.Structure):  # flashc_kvcache_desc
     _fields_ = [("cache_seqlens", VP), ("cache_batch_idx", VP), ("seqlen_new", I32),
                 ("knew_stride", I64 * 3), ("vnew_stride", I64 * 3), ("rotary_cos", VP), ("rotary_sin", VP),
                 ("rotary_dim", I32), ("rotary_interleaved", I32), ("seqlen_ro", I32), ("num_splits", I32),
-                ("reserved", I64 * 16)]
+                ("num_cache_rows", I64), ("reserved", I64 * 15)]
 
 
 def load_lib(path):
@@ -258,13 +259,13 @@ def run_decode(fc, B, Sk, Sq, device, emit, log):
     def flashc_paged():
         fc.kvcache(dp, kv, q, kp, vp, None, None, o, lse)
 
-    def pipe(n):  # another way K/V reach the registers (lab A/B, FLASHC_DECODE_PIPE; see flashc_cuda_decode.cu)
+    def forced(n):  # n splits forced (the library's choice is "flashc")
+        kvn = KvDesc()
+        kvn.num_splits = n
+
         def f():
-            os.environ["FLASHC_DECODE_PIPE"] = str(n)
-            try:
-                flashc_contig()
-            finally:
-                del os.environ["FLASHC_DECODE_PIPE"]
+            i = it[0] = (it[0] + 1) % n_rot
+            fc.kvcache(dc, kvn, q, ks[i], vs[i], None, None, o, lse)
         return f
 
     # the real decode step: cache_seqlens given (Sk - 1 tokens), one token appended (in place into
@@ -276,6 +277,18 @@ def run_decode(fc, B, Sk, Sq, device, emit, log):
 
     def flashc_append():
         fc.kvcache(dc, kva, q, ks[0], vs[0], kn, vn, o, lse)
+
+    graph = {}
+
+    def flashc_graph():  # the decode step captured once (after an eager call grew the ctx workspace)
+        if "g" not in graph:
+            flashc_append()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                flashc_append()
+            graph["g"] = g
+        graph["g"].replay()
 
     def sdpa(backend):
         def f():
@@ -301,9 +314,12 @@ def run_decode(fc, B, Sk, Sq, device, emit, log):
     e_p = (o_p[:nb].float() - ref).abs().max().item()
     del ref
     res = {}
-    impls = [("flashc", flashc_contig), ("flashc_paged16", flashc_paged), ("flashc_append", flashc_append),
-             ("flashc_pipe0", pipe(0)), ("flashc_pipe1", pipe(1)), ("flashc_pipe3", pipe(3)),
-             ("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
+    # forced splits before the graph: a later, larger workspace would free the one the graph holds
+    impls = [("flashc", flashc_contig), ("flashc_paged16", flashc_paged), ("flashc_append", flashc_append)]
+    if B == 1:
+        impls += [(f"flashc_s{n}", forced(n)) for n in (16, 32, 64)]
+    impls += [("flashc_graph", flashc_graph),
+              ("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
     for name, fn in impls:
         try:
             fn()
@@ -313,12 +329,24 @@ def run_decode(fc, B, Sk, Sq, device, emit, log):
             continue
         est = time_ms(fn, 3, warmup=2)
         res[name] = time_ms(fn, max(20, min(100, int(300.0 / max(est, 1e-3)))))
+    g_same = None
+    if "flashc_graph" in res:
+        flashc_append()
+        torch.cuda.synchronize()
+        o_e = o.clone()
+        o.zero_()
+        flashc_graph()
+        torch.cuda.synchronize()
+        g_same = bool(torch.equal(o_e, o))
     for name, ms in res.items():
         rec = dict(impl=name, ms=round(ms, 5), gbps=round(kv_bytes / (ms * 1e-3) / 1e9, 1), **base)
         if name == "flashc_paged16":
             rec["page_size"] = P
+        if name == "flashc_graph":
+            rec["graph_equals_eager"] = g_same
         emit(rec)
-    log(f"B={B:3d} Sk={Sk:6d} Sq={Sq}  max|o - o_fp32| contiguous {e_c:.3g}, paged {e_p:.3g}  " +
+    log(f"B={B:3d} Sk={Sk:6d} Sq={Sq}  max|o - o_fp32| contiguous {e_c:.3g}, paged {e_p:.3g}, graph == eager "
+        f"{g_same}  " +
         "  ".join(f"{n} {res[n] * 1e3:.1f}us" for n in res))
     del ks, vs, kp, vp
     return res, kv_bytes
@@ -334,8 +362,8 @@ def main_decode(fc, device, cgb, emit, log, quick):
         table.append((B, Sk, Sq, res, nb))
         torch.cuda.empty_cache()
     print(f"\ndecode GB/s of K+V read (bf16, GQA 32/8, d 128); copy ceiling {cgb:.0f} GB/s (read + write)")
-    names = ("flashc", "flashc_paged16", "flashc_append", "flashc_pipe0", "flashc_pipe1", "flashc_pipe3", "sdpa_flash",
-             "sdpa_cudnn")
+    names = ("flashc", "flashc_paged16", "flashc_append", "flashc_graph", "flashc_s16", "flashc_s32", "flashc_s64",
+             "sdpa_flash", "sdpa_cudnn")
     print(f"{'B':>3} {'Sk':>6} {'Sq':>2} | " + " ".join(f"{n[-8:]:>8}" for n in names) +
           f" | {'x flash':>7} {'x cudnn':>7} {'% copy':>6} {'paged/c':>7}")
     miss = []

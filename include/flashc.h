@@ -221,12 +221,24 @@ FLASHC_API flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d,
  *   2. q is rotated (if rotary is on) at positions c + i when causal or windowed, c otherwise (as
  *      FlashAttention-2 does);
  *   3. q attends to keys 0 .. c + seqlen_new - 1 of the cache, the mask aligned bottom-right.
- * Rows that see no key produce out = 0, lse = +inf. The append happens in place, before the attention. */
+ * Rows that see no key produce out = 0, lse = +inf. The append happens in place, before the attention.
+ *
+ * Validation of the int32 arrays (cache_seqlens, cache_batch_idx, block_table). The host backends
+ * (ref, cpu) check every entry a call uses and fail with FLASHC_ERR_INVALID_ARG. On the CUDA backend
+ * they are device memory and are NOT validated beyond clamping, as FlashAttention does: reading them
+ * back would cost a synchronous copy per call (and forbid CUDA graph capture). The kernels clamp
+ * c = cache_seqlens[b] into [0, seqlen_k - seqlen_new], cache_batch_idx[b] into [0, num_cache_rows)
+ * (only >= 0 when num_cache_rows is 0), block_table entries into [0, num_pages), and rotary
+ * positions to seqlen_ro - 1, so that no access leaves the given tensors; a bad entry gives a wrong
+ * result, not a fault. Everything else (shapes, strides, seqlen_new, rotary sizes that do not
+ * depend on c) is checked on every backend. The CUDA path makes no host-device synchronisation
+ * (it can be captured in a CUDA graph) once the workspace is given or the ctx's own has grown to
+ * the size the call needs. */
 typedef struct flashc_kvcache_desc {
     const int32_t *cache_seqlens;   /* int32 (batch): tokens in the cache before the append; NULL => seqlen_k */
     const int32_t *cache_batch_idx; /* int32 (batch): cache row of sequence b; NULL => b (not with paging).
-                                     * Checked >= 0 only: the desc has no count of cache rows, so the
-                                     * caller keeps each < the cache's batch dimension, and appends
+                                     * Must be >= 0 and < num_cache_rows when that is given (else the
+                                     * caller keeps each < the cache's batch dimension); appends
                                      * through two sequences that name one row race. */
     int32_t seqlen_new;             /* tokens in k_new / v_new per sequence; 0 => no append */
     int64_t knew_stride[3], vnew_stride[3]; /* (batch, seqlen_new, heads_kv, head_dim); zero => contiguous */
@@ -243,7 +255,9 @@ typedef struct flashc_kvcache_desc {
     int32_t num_splits;             /* split-KV (flash-decoding): 0 => chosen by the library, 1 => none,
                                      * n <= 1024 forces n (each split adds an fp32 partial of
                                      * (batch, seqlen_q, heads, head_dim) to the workspace) */
-    int64_t reserved[16];           /* must be zero */
+    int64_t num_cache_rows;         /* rows of the cache's batch dimension (for cache_batch_idx);
+                                     * 0 => not given (cache_batch_idx only checked / clamped >= 0) */
+    int64_t reserved[15];           /* must be zero */
 } flashc_kvcache_desc;
 
 FLASHC_API size_t flashc_kvcache_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d,

@@ -224,8 +224,9 @@ typedef struct flashc_bwd_args {
 
 // KV cache (flashc_fwd_kvcache): the tensors and the resolved flashc_kvcache_desc of one call,
 // validated by src/flashc_kvcache.c. The flashc_problem that comes with it is never varlen; its Sk is
-// the cache capacity, seqused_k_host[b] = c_b + seqlen_new (host memory; seqused_k is NULL), and
-// block_table / cache_batch_idx are as given.
+// the cache capacity, seqused_k_host[b] = c_b + seqlen_new (host memory, host backends only: NULL on
+// a backend with read_i32, where nothing is read back), and block_table / cache_batch_idx are as
+// given (cache_batch_idx a host copy on host backends).
 typedef struct flashc_kvcache_args {
     const void *q;
     void *k_cache, *v_cache;
@@ -233,7 +234,9 @@ typedef struct flashc_kvcache_args {
     void *o;
     float *lse;                          // may be NULL
     const int32_t *cache_seqlens;        // the user's pointer (device for CUDA); NULL => every c_b = Sk
-    const int32_t *cache_seqlens_host;   // host copy of c_b, B entries, always set
+    const int32_t *cache_seqlens_host;   // host copy of c_b, B entries (host backends; NULL on a backend with
+                                         // read_i32, whose kernels read cache_seqlens and clamp it)
+    int64_t num_cache_rows;              // cache rows for cache_batch_idx, 0 = not given
     int32_t seqlen_new;
     int64_t knew_stride[3], vnew_stride[3]; // resolved (zero => contiguous filled in)
     const void *rotary_cos, *rotary_sin; // NULL => no rotary

@@ -141,8 +141,66 @@ flashc_status flashc__merge_host(flashc_ctx *ctx, const flashc_merge_problem *m,
 // ------------------------------------------------------------------------------------------------
 // flashc_fwd_kvcache: validation
 
-// The problem and the args (tensor pointers aside) of one flashc_fwd_kvcache call. Host copies of
-// cache_seqlens, the key counts and cache_batch_idx live in ctx->host_i32: [0, B), [B, 2B), [2B, 3B).
+// cache_seqlens (and cache_batch_idx, block_table on a host backend) read on the host: every
+// c_b + seqlen_new, page and rotary position checked; the host backends get host copies.
+static flashc_status check_lengths(flashc_ctx *ctx, const flashc_kvcache_desc *kv, flashc_problem *p,
+                                   flashc_kvcache_args *a) {
+    flashc_status st;
+    const int on_dev = ctx->ops->read_i32 != NULL;
+    const size_t B = (size_t)p->B;
+    if (!flashc__host_i32(ctx, 3 * B))
+        FAIL(ctx, FLASHC_ERR_ALLOC, "out of host memory for %zu cache_seqlens entries", 3 * B);
+    if (kv->cache_seqlens && (st = flashc__fetch_i32(ctx, 0, kv->cache_seqlens, p->B)) != FLASHC_OK) return st;
+    if (!on_dev && kv->cache_batch_idx && (st = flashc__fetch_i32(ctx, 2 * B, kv->cache_batch_idx, p->B)) != FLASHC_OK)
+        return st;
+    int32_t *c = ctx->host_i32, *used = ctx->host_i32 + B, *cbi = ctx->host_i32 + 2 * B;
+    for (int b = 0; b < p->B; b++) {
+        if (!kv->cache_seqlens) c[b] = p->Sk;
+        if (c[b] < 0) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "cache_seqlens[%d] = %d: must be >= 0", b, c[b]);
+        const int64_t n = (int64_t)c[b] + a->seqlen_new;
+        if (n > p->Sk)
+            FAIL(ctx, FLASHC_ERR_INVALID_ARG,
+                 "cache_seqlens[%d] = %d: with seqlen_new = %d the sequence needs %lld rows, more than the cache "
+                 "capacity seqlen_k = %d",
+                 b, c[b], a->seqlen_new, (long long)n, p->Sk);
+        used[b] = (int32_t)n;
+        if (!on_dev && kv->cache_batch_idx && cbi[b] < 0)
+            FAIL(ctx, FLASHC_ERR_INVALID_ARG, "cache_batch_idx[%d] = %d: must be >= 0", b, cbi[b]);
+        if (!on_dev && kv->cache_batch_idx && kv->num_cache_rows && cbi[b] >= kv->num_cache_rows)
+            FAIL(ctx, FLASHC_ERR_INVALID_ARG, "cache_batch_idx[%d] = %d: must be < num_cache_rows = %lld", b, cbi[b],
+                 (long long)kv->num_cache_rows);
+        if (p->block_table && !on_dev) // a device table is clamped by the kernels instead
+            for (int64_t i = 0; i < (n + p->page_size - 1) / p->page_size; i++) {
+                const int32_t page = p->block_table[(int64_t)b * p->block_table_stride + i];
+                if (page < 0 || page >= p->num_pages)
+                    FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table[%d][%lld] = %d: must be in [0, num_pages = %d)", b,
+                         (long long)i, page, p->num_pages);
+            }
+        if (a->rotary_cos) {
+            int64_t last = -1; // the largest position rotated for sequence b
+            if (a->seqlen_new > 0) last = n - 1;
+            if (p->Sq > 0) {
+                const int64_t q_last = c[b] + (a->rotary_q_per_row ? p->Sq - 1 : 0);
+                if (q_last > last) last = q_last;
+            }
+            if (last >= a->seqlen_ro)
+                FAIL(ctx, FLASHC_ERR_INVALID_ARG,
+                     "seqlen_ro = %d: sequence %d rotates position %lld (cache_seqlens = %d, seqlen_new = %d, "
+                     "seqlen_q = %d); cos / sin need more rows",
+                     a->seqlen_ro, b, (long long)last, c[b], a->seqlen_new, p->Sq);
+        }
+    }
+    if (!on_dev) { // host copies for the host backends (on a device backend they would be stale pointers)
+        p->seqused_k_host = used;
+        if (kv->cache_batch_idx) p->cache_batch_idx = cbi;
+        a->cache_seqlens_host = c;
+    }
+    return FLASHC_OK;
+}
+
+// The problem and the args (tensor pointers aside) of one flashc_fwd_kvcache call. On a host
+// backend, host copies of cache_seqlens, the key counts and cache_batch_idx live in ctx->host_i32:
+// [0, B), [B, 2B), [2B, 3B). On a device backend nothing is read back (check_lengths' comment).
 static flashc_status kv_resolve(flashc_ctx *ctx, const flashc_attn_desc *d, const flashc_kvcache_desc *kv,
                                 flashc_problem *p, flashc_kvcache_args *a) {
     if (!ctx) return FLASHC_ERR_INVALID_ARG;
@@ -209,51 +267,22 @@ static flashc_status kv_resolve(flashc_ctx *ctx, const flashc_attn_desc *d, cons
             return st;
     }
 
-    // cache_seqlens and cache_batch_idx to the host, then every c_b + seqlen_new, page and position
-    const size_t B = (size_t)p->B;
-    if (!flashc__host_i32(ctx, 3 * B))
-        FAIL(ctx, FLASHC_ERR_ALLOC, "out of host memory for %zu cache_seqlens entries", 3 * B);
-    if (kv->cache_seqlens && (st = flashc__fetch_i32(ctx, 0, kv->cache_seqlens, p->B)) != FLASHC_OK) return st;
-    if (kv->cache_batch_idx && (st = flashc__fetch_i32(ctx, 2 * B, kv->cache_batch_idx, p->B)) != FLASHC_OK) return st;
-    int32_t *c = ctx->host_i32, *used = ctx->host_i32 + B, *cbi = ctx->host_i32 + 2 * B;
-    for (int b = 0; b < p->B; b++) {
-        if (!kv->cache_seqlens) c[b] = p->Sk;
-        if (c[b] < 0) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "cache_seqlens[%d] = %d: must be >= 0", b, c[b]);
-        const int64_t n = (int64_t)c[b] + a->seqlen_new;
-        if (n > p->Sk)
-            FAIL(ctx, FLASHC_ERR_INVALID_ARG,
-                 "cache_seqlens[%d] = %d: with seqlen_new = %d the sequence needs %lld rows, more than the cache "
-                 "capacity seqlen_k = %d",
-                 b, c[b], a->seqlen_new, (long long)n, p->Sk);
-        used[b] = (int32_t)n;
-        if (kv->cache_batch_idx && cbi[b] < 0)
-            FAIL(ctx, FLASHC_ERR_INVALID_ARG, "cache_batch_idx[%d] = %d: must be >= 0", b, cbi[b]);
-        if (p->block_table && !ctx->ops->read_i32) // a device table is clamped by the kernels instead
-            for (int64_t i = 0; i < (n + p->page_size - 1) / p->page_size; i++) {
-                const int32_t page = p->block_table[(int64_t)b * p->block_table_stride + i];
-                if (page < 0 || page >= p->num_pages)
-                    FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table[%d][%lld] = %d: must be in [0, num_pages = %d)", b,
-                         (long long)i, page, p->num_pages);
-            }
-        if (a->rotary_cos) {
-            int64_t last = -1; // the largest position rotated for sequence b
-            if (a->seqlen_new > 0) last = n - 1;
-            if (p->Sq > 0) {
-                const int64_t q_last = c[b] + (a->rotary_q_per_row ? p->Sq - 1 : 0);
-                if (q_last > last) last = q_last;
-            }
-            if (last >= a->seqlen_ro)
-                FAIL(ctx, FLASHC_ERR_INVALID_ARG,
-                     "seqlen_ro = %d: sequence %d rotates position %lld (cache_seqlens = %d, seqlen_new = %d, "
-                     "seqlen_q = %d); cos / sin need more rows",
-                     a->seqlen_ro, b, (long long)last, c[b], a->seqlen_new, p->Sq);
-        }
-    }
-    p->seqused_k_host = used;
-    p->cache_batch_idx = kv->cache_batch_idx ? (ctx->ops->read_i32 ? kv->cache_batch_idx : cbi) : NULL;
+    if (kv->num_cache_rows < 0)
+        FAIL(ctx, FLASHC_ERR_INVALID_ARG, "num_cache_rows = %lld: must be >= 0 (0 = not given)",
+             (long long)kv->num_cache_rows);
+    a->seqlen_new = kv->seqlen_new;
     a->cache_seqlens = kv->cache_seqlens;
-    a->cache_seqlens_host = c;
     a->num_splits = kv->num_splits;
+    a->num_cache_rows = kv->num_cache_rows;
+    p->cache_batch_idx = kv->cache_batch_idx;
+
+    // A backend with device memory (read_i32 set: CUDA) gets cache_seqlens / cache_batch_idx as they
+    // are: its kernels read them and clamp (include/flashc.h), since a copy to the host here would
+    // be a synchronous round trip on every decode step. Only a full cache (cache_seqlens NULL, every
+    // c_b = seqlen_k) is still checked, as that needs no read. The host backends read host memory:
+    // every c_b + seqlen_new, page and rotary position is checked below.
+    if (!ctx->ops->read_i32 || !kv->cache_seqlens)
+        if ((st = check_lengths(ctx, kv, p, a)) != FLASHC_OK) return st;
 
     if ((st = ctx->ops->supports(ctx, p)) != FLASHC_OK) return st;
     if (!ctx->ops->fwd_kvcache)

@@ -993,6 +993,11 @@ static void bad_kvcache(flashc_ctx *ctx) {
     KV_CASE("desc.reserved", INV, "reserved", 0, s->d.reserved[0] = 1);
     KV_CASE("cache_batch_idx with block_table", INV, "cache_batch_idx", 1, s->kv.cache_batch_idx = s->cbi);
     KV_CASE("cache_batch_idx < 0", INV, "cache_batch_idx", 0, s->cbi[1] = -2; s->kv.cache_batch_idx = s->cbi);
+    KV_CASE("cache_batch_idx >= num_cache_rows", INV, "cache_batch_idx", 0,
+            s->cbi[1] = 1; s->kv.cache_batch_idx = s->cbi; s->kv.num_cache_rows = 1);
+    KV_CASE("num_cache_rows < 0", INV, "num_cache_rows", 0, s->kv.num_cache_rows = -1);
+    KV_CASE("cache_batch_idx < num_cache_rows", FLASHC_OK, NULL, 0,
+            s->cbi[0] = 1; s->cbi[1] = 0; s->kv.cache_batch_idx = s->cbi; s->kv.num_cache_rows = 2);
     KV_CASE("cu_seqlens_q", INV, "cu_seqlens_q", 0, s->d.cu_seqlens_q = s->cl; s->d.cu_seqlens_k = s->cl);
     KV_CASE("seqused_k", INV, "seqused_k", 0, s->d.seqused_k = s->cl);
     KV_CASE("knew_stride overlapping", INV, "knew_stride", 0,
@@ -1097,6 +1102,82 @@ static void bad_merge(flashc_ctx *ctx) {
     M_CASE("m.reserved", INV, "reserved", s->m.reserved[7] = 3);
 }
 
+
+// CUDA only: cache_seqlens / cache_batch_idx are device arrays that are clamped, not validated
+// (include/flashc.h). A call with entries out of range must equal, bit for bit, the call with the
+// entries clamped by hand (c into [0, cap - seqlen_new], cache_batch_idx into [0, num_cache_rows)),
+// rotary positions past seqlen_ro clamped in both; and the split-KV merge (forced splits, done by
+// the last split to finish) must give bit-identical results run to run.
+static void run_clamp_dev(flashc_ctx *ctx, uint64_t seed) {
+    const char *label = "cuda clamps bad cache_seqlens / cache_batch_idx / rotary positions; split merge deterministic";
+    if (g_filter && !strstr(label, g_filter)) return;
+    tc_rng r = tc_rng_make(seed, 23);
+    const flashc_dtype dt = FLASHC_DTYPE_BF16;
+    const int B = 3, Sq = 2, H = 4, Hkv = 2, D = 64, cap = 300, snew = 2, rows = 4, rd = 32, seqlen_ro = 200;
+    const size_t es = 2;
+    const int64_t kv_el = (int64_t)rows * cap * Hkv * D, q_el = (int64_t)B * Sq * H * D, new_el = (int64_t)B * snew * Hkv * D;
+    const int64_t ro_el = (int64_t)seqlen_ro * (rd / 2);
+    void *kc = tc_alloc((size_t)kv_el * es), *vc = tc_alloc((size_t)kv_el * es), *q = tc_alloc((size_t)q_el * es);
+    void *kn = tc_alloc((size_t)new_el * es), *vn = tc_alloc((size_t)new_el * es);
+    void *cs = tc_alloc((size_t)ro_el * es), *sn = tc_alloc((size_t)ro_el * es);
+    for (int64_t e = 0; e < kv_el; e++) flashc__store(kc, e, dt, (float)tc_normal(&r)), flashc__store(vc, e, dt, (float)tc_normal(&r));
+    for (int64_t e = 0; e < q_el; e++) flashc__store(q, e, dt, (float)tc_normal(&r));
+    for (int64_t e = 0; e < new_el; e++) flashc__store(kn, e, dt, (float)tc_normal(&r)), flashc__store(vn, e, dt, (float)tc_normal(&r));
+    for (int64_t e = 0; e < ro_el; e++) {
+        const double th = (double)(e / (rd / 2)) * pow(10000.0, -2.0 * (double)(e % (rd / 2)) / rd);
+        flashc__store(cs, e, dt, (float)cos(th)), flashc__store(sn, e, dt, (float)sin(th));
+    }
+    const int32_t bad_cl[3] = {-7, 5000, 150}, good_cl[3] = {0, cap - snew, 150};
+    const int32_t bad_cbi[3] = {-3, 99, 1}, good_cbi[3] = {0, rows - 1, 1};
+    void *out[3][4]; // run (bad, good, good again) x (o, lse, k cache, v cache), host copies
+    const size_t bytes[4] = {(size_t)q_el * es, sizeof(float) * (size_t)B * H * Sq, (size_t)kv_el * es, (size_t)kv_el * es};
+    flashc_status st = FLASHC_OK;
+    for (int run = 0; run < 3 && st == FLASHC_OK; run++) {
+        flashc_attn_desc d;
+        memset(&d, 0, sizeof d);
+        d.batch = B, d.seqlen_q = Sq, d.seqlen_k = cap, d.heads = H, d.heads_kv = Hkv, d.head_dim = D, d.dtype = dt;
+        d.causal = 1;
+        flashc_fill_contiguous_strides(&d);
+        flashc_kvcache_desc kv;
+        memset(&kv, 0, sizeof kv);
+        kv.seqlen_new = snew, kv.num_splits = 3, kv.num_cache_rows = rows;
+        kv.rotary_dim = rd, kv.seqlen_ro = seqlen_ro;
+        int32_t *dcl = dev_put(ctx, run ? good_cl : bad_cl, sizeof bad_cl);
+        int32_t *dcbi = dev_put(ctx, run ? good_cbi : bad_cbi, sizeof bad_cbi);
+        void *dkc = dev_put(ctx, kc, bytes[2]), *dvc = dev_put(ctx, vc, bytes[3]), *dq = dev_put(ctx, q, bytes[0]);
+        void *dkn = dev_put(ctx, kn, (size_t)new_el * es), *dvn = dev_put(ctx, vn, (size_t)new_el * es);
+        void *dcs = dev_put(ctx, cs, (size_t)ro_el * es), *dsn = dev_put(ctx, sn, (size_t)ro_el * es);
+        void *dout = ctx->ops->ws_alloc(ctx, bytes[0]);
+        float *dlse = ctx->ops->ws_alloc(ctx, bytes[1]);
+        kv.cache_seqlens = dcl, kv.cache_batch_idx = dcbi, kv.rotary_cos = dcs, kv.rotary_sin = dsn;
+        st = flashc_fwd_kvcache(ctx, &d, &kv, dq, dkc, dvc, dkn, dvn, dout, dlse, NULL, 0, NULL);
+        const void *dev[4] = {dout, dlse, dkc, dvc};
+        for (int t = 0; t < 4; t++) out[run][t] = tc_alloc(bytes[t]), dev_get(ctx, out[run][t], dev[t], bytes[t]);
+        dev_free(ctx, NULL, dcl), dev_free(ctx, NULL, dcbi), dev_free(ctx, NULL, dkc), dev_free(ctx, NULL, dvc);
+        dev_free(ctx, NULL, dq), dev_free(ctx, NULL, dkn), dev_free(ctx, NULL, dvn), dev_free(ctx, NULL, dcs);
+        dev_free(ctx, NULL, dsn), dev_free(ctx, NULL, dout), dev_free(ctx, NULL, dlse);
+        if (st != FLASHC_OK) {
+            tc_fail("%s: run %d: flashc_fwd_kvcache = %s: %s", label, run, flashc_status_string(st), flashc_ctx_last_error(ctx));
+            for (int t = 0; t < 4; t++) free(out[run][t]);
+        }
+    }
+    if (st == FLASHC_OK) {
+        const char *what[4] = {"o", "lse", "k cache", "v cache"};
+        int bad = 0;
+        for (int t = 0; t < 4; t++) {
+            if (memcmp(out[0][t], out[1][t], bytes[t])) bad++, tc_fail("%s: %s of the bad entries != clamped by hand", label, what[t]);
+            if (memcmp(out[1][t], out[2][t], bytes[t])) bad++, tc_fail("%s: %s differs run to run", label, what[t]);
+        }
+        int finite = 1;
+        for (int64_t e = 0; e < q_el; e++) finite &= isfinite(flashc__load(out[1][0], e, dt));
+        if (!finite) bad++, tc_fail("%s: o not finite", label);
+        if (!bad) tc_pass("%s", label);
+        for (int run = 0; run < 3; run++)
+            for (int t = 0; t < 4; t++) free(out[run][t]);
+    }
+    free(kc), free(vc), free(q), free(kn), free(vn), free(cs), free(sn);
+}
+
 // ------------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
@@ -1148,6 +1229,7 @@ int main(int argc, char **argv) {
             for (int strided = 0; strided <= 1; strided++)
                 run_merge_random(ctx, names[bi], dts[pd], dts[pd], 1, strided, g_seed + 300 + pd * 2 + strided);
         run_merge_attention(ctx, names[bi], g_seed + 400);
+        if (on_dev(ctx)) run_clamp_dev(ctx, g_seed + 500);
         if (on_dev(ctx)) {
             tc_skip("bad input on cuda: the front end's checks, run on the host backends");
         } else if (!g_filter) {

@@ -96,7 +96,8 @@ class KvcacheDesc(ctypes.Structure):
         ("rotary_interleaved", _c_i32),
         ("seqlen_ro", _c_i32),
         ("num_splits", _c_i32),
-        ("reserved", _c_i64 * 16),
+        ("num_cache_rows", _c_i64),
+        ("reserved", _c_i64 * 15),
     ]
 
 

@@ -294,6 +294,7 @@ def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cach
         cbi = _i32(cache_batch_idx, "cache_batch_idx", q)
         check_1d("cache_batch_idx", cbi.shape, B, True)
         kv.cache_batch_idx = cbi.data_ptr()
+        kv.num_cache_rows = k_cache.shape[0]  # the kernels clamp the indices into the cache
         keep.append(cbi)
     if rotary_cos is not None or rotary_sin is not None:
         if rotary_cos is None or rotary_sin is None:

@@ -17,7 +17,10 @@
 // KPG consecutive keys per step and runs its own online softmax (FA2 Alg. 1 lines 8-10) with no
 // synchronisation with the other groups; the groups are merged by their (m_i, l_i) at the end.
 // With split-KV the CTA's key range is one of n_splits slices; slices write fp32 partials (O_i
-// normalised, LSE) into the workspace and flashc_merge_kernel combines them by their LSEs.
+// normalised, LSE) into the workspace, count themselves in on a per-(b, hk, chunk) counter, and the
+// last to arrive combines them by their LSEs (merge_splits; flashc_merge_kernel serves flashc_merge).
+// Nothing is read back to the host: cache_seqlens / cache_batch_idx / block_table are read here and
+// clamped, so a call is a fixed sequence of stream operations (CUDA-graph capturable).
 //
 // Per step, a key group computes the ROWS x KPG = 16 partial dot products of its lanes and
 // reduces them across its TPK lanes by a transpose-reduce (each level halves the values a lane
@@ -26,7 +29,6 @@
 // back as broadcast reads for P V.
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "flashc_cuda_common.cuh"
 #include "flashc_cuda_decode.h"
@@ -48,11 +50,13 @@ typedef struct flashc_decode_params {
     int B, Sq, H, H_kv, group, D;
     int rows;                        // group * Sq packed rows per kv head
     int row_chunks;                  // ceil(rows / ROWS)
-    int n_splits;                    // 1: write o / lse directly; > 1: partials + merge
+    int n_splits;                    // 1: write o / lse directly; > 1: partials, merged by the last split
+    int *counters;                   // n_splits > 1: (B, H_kv, row_chunks) splits finished, zero at launch
     int Sk;                          // capacity: c_b when cache_seqlens is NULL
     int seqlen_new;
-    const int32_t *cache_seqlens;    // device (B), may be NULL
-    const int32_t *cache_batch_idx;  // device (B), may be NULL
+    const int32_t *cache_seqlens;    // device (B), may be NULL; clamped into [0, Sk - seqlen_new]
+    const int32_t *cache_batch_idx;  // device (B), may be NULL; clamped into [0, num_cache_rows)
+    int64_t num_cache_rows;          // 0 = not given (clamped >= 0 only)
     const int32_t *block_table;      // device (B, bt_stride), NULL = not paged
     int64_t bt_stride;
     int page_size, num_pages;        // page indices are clamped to [0, num_pages)
@@ -70,6 +74,7 @@ typedef struct flashc_decode_params {
     float *part_lse;                 // fp32 (n_splits, B, H, Sq): flashc_merge's lse_parts layout
     const void *rot_cos, *rot_sin;   // (seqlen_ro, rot_dim / 2), NULL = no rotary
     int rot_dim, rot_interleaved, rot_q_per_row;
+    int seqlen_ro;                   // rotary positions are clamped to seqlen_ro - 1
     float q_mul;                     // q is multiplied by this once: scale * log2(e), or scale with a transform
     float softcap, inv_softcap;      // softcap = 0: off
     int transform;                   // softcap or ALiBi: scores finished per key, then * log2(e)
@@ -150,6 +155,23 @@ static __device__ __forceinline__ void dt_store(void *base, int64_t i, int dt, f
     else ((uint16_t *)base)[i] = dt == FLASHC_DTYPE_BF16 ? from_f32<__nv_bfloat16>(x) : from_f32<__half>(x);
 }
 
+// c_b, the tokens of sequence b in the cache before the append. The device arrays are not validated
+// on the host (that would be a synchronous copy per call): a bad entry is clamped so that every row
+// touched, c_b + seqlen_new - 1 included, lies inside the capacity (include/flashc.h).
+static __device__ __forceinline__ int cache_len(const flashc_decode_params &p, int b) {
+    if (!p.cache_seqlens) return p.Sk; // kv_resolve: no append then
+    const int c = p.cache_seqlens[b];
+    return c < 0 ? 0 : c > p.Sk - p.seqlen_new ? p.Sk - p.seqlen_new : c;
+}
+
+// The cache row of sequence b: cache_batch_idx[b] clamped into [0, num_cache_rows), or b.
+static __device__ __forceinline__ int64_t cache_unit(const flashc_decode_params &p, int b) {
+    if (!p.cache_batch_idx) return b;
+    int64_t u = p.cache_batch_idx[b];
+    u = u < 0 ? 0 : u;
+    return p.num_cache_rows > 0 && u >= p.num_cache_rows ? p.num_cache_rows - 1 : u;
+}
+
 // Key j's cache row of sequence b (element offset of head 0): through the block table (the entry
 // clamped into the pool, so a bad table cannot make us read outside it) or the cache row.
 static __device__ __forceinline__ int64_t key_unit_row(const flashc_decode_params &p, const int32_t *bt_b,
@@ -173,6 +195,7 @@ static __device__ __forceinline__ float rope_elem(const flashc_decode_params &p,
     const float xd = to_f32<T>(x[d]);
     if (!p.rot_cos || d >= p.rot_dim) return xd;
     const int half = p.rot_dim / 2;
+    pos = pos < p.seqlen_ro ? pos : p.seqlen_ro - 1; // checked on the host only when c_b is known there
     int pair, partner, first;
     if (p.rot_interleaved) pair = d >> 1, partner = d ^ 1, first = !(d & 1);
     else first = d < half, pair = first ? d : d - half, partner = first ? d + half : d - half;
@@ -198,17 +221,22 @@ static __device__ __forceinline__ void row_keys(const flashc_decode_params &p, i
 // ------------------------------------------------------------------------------------------------
 // 1. the append: k_new (rotated at c_b + t) and v_new into cache rows c_b .. c_b + seqlen_new - 1
 
+// It also zeroes the split counters of the attention kernel that follows (one launch less than a
+// memset).
 template <typename T>
 __global__ void flashc_decode_append_kernel(const flashc_decode_params p) {
+    const int64_t n_cnt = p.n_splits > 1 ? (int64_t)p.B * p.H_kv * p.row_chunks : 0;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n_cnt; t += (int64_t)gridDim.x * blockDim.x)
+        p.counters[t] = 0;
     const int64_t n = (int64_t)p.B * p.seqlen_new * p.H_kv * p.D;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
         const int d = (int)(t % p.D), hk = (int)(t / p.D % p.H_kv);
         const int tt = (int)(t / ((int64_t)p.D * p.H_kv) % p.seqlen_new);
         const int b = (int)(t / ((int64_t)p.D * p.H_kv * p.seqlen_new));
-        const int j = p.cache_seqlens[b] + tt; // kv_resolve: cache_seqlens is given with an append
+        const int j = cache_len(p, b) + tt;
         const int32_t *bt_b = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : NULL;
         int64_t row;
-        const int64_t unit = key_unit_row(p, bt_b, p.cache_batch_idx ? p.cache_batch_idx[b] : b, j, &row);
+        const int64_t unit = key_unit_row(p, bt_b, cache_unit(p, b), j, &row);
         const uint16_t *kn = (const uint16_t *)p.k_new + b * p.kn_bs + tt * p.kn_rs + hk * p.kn_hs;
         const uint16_t *vn = (const uint16_t *)p.v_new + b * p.vn_bs + tt * p.vn_rs + hk * p.vn_hs;
         ((uint16_t *)p.k)[unit * p.k_bs + row * p.k_rs + hk * p.k_hs + d] = from_f32<T>(rope_elem<T>(p, kn, d, j));
@@ -312,23 +340,81 @@ static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &
     }
 }
 
-// The same through cp.async into this thread's own 16-byte slots of a ring stage. Each thread
-// later reads only what it copied itself, so cp.async.wait_group alone orders copy and read: no
-// barrier in the main loop.
-template <int KPG, int NV, int TPK>
-static __device__ __forceinline__ void issue_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
-                                                     const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
-                                                     int j0, int ke, uint32_t slot) {
+// The split-KV merge inside the attention kernel, run by the last split of a (b, kv head, row
+// chunk) to finish (a separate merge kernel of B * H rows is latency-bound at batch 1: B * H_kv
+// CTAs reading n_splits partials each, after a launch gap). lse = M + log(sum_s exp(lse_s - M)),
+// out = sum_s exp((lse_s - M) - log(sum)) out_s, in fp32: lse_s - M is exact for the splits that
+// matter (Sterbenz) and log(sum) <= log(n_splits) is small, so the weights carry a few ulp of error
+// instead of the ulp of |lse| ~ 1e2 that exp(lse_s - lse) would. The splits are summed in split
+// order, whichever CTA merges: the result is bit-identical run to run. The partials are read
+// through L2 (ld.global.cg): they were written by other CTAs, after their __threadfence.
+template <typename T, int DP, int ROWS>
+static __device__ __forceinline__ void merge_splits(const flashc_decode_params &p, int b, int hk, int r0) {
+    __shared__ float sM[ROWS], sLS[ROWS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t l_step = (int64_t)p.B * p.H * p.Sq;
+    // M and log(sum) of each row: warp w takes rows w, w + DEC_WARPS, ...
+    for (int r = warp; r < ROWS; r += DEC_WARPS) {
+        const int rg = r0 + r;
+        float mx = -INFINITY, sum = 0.f;
+        int nan = 0;
+        if (rg < p.rows) {
+            const int i = rg / p.group, h = hk * p.group + rg % p.group;
+            const float *lp = p.part_lse + ((int64_t)b * p.H + h) * p.Sq + i;
+            for (int sp = lane; sp < p.n_splits; sp += 32) {
+                const float x = __ldcg(lp + sp * l_step);
+                nan |= x != x;
+                if (!isinf(x)) mx = fmaxf(mx, x);
+            }
 #pragma unroll
-    for (int k = 0; k < KPG; k++) {
-        int64_t ko, vo;
-        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-            const uint32_t dst = slot + (uint32_t)((k * NV + v) * 2 * DEC_THREADS * 16);
-            cp_async_16(dst, kl[v] + ko, 16);
-            cp_async_16(dst + DEC_THREADS * 16, vl[v] + vo, 16);
+            for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            for (int sp = lane; sp < p.n_splits; sp += 32) {
+                const float x = __ldcg(lp + sp * l_step);
+                if (!isinf(x) && x == x) sum += expf(x - mx);
+            }
         }
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            nan |= __shfl_xor_sync(0xffffffffu, nan, o);
+        }
+        if (lane == 0) sM[r] = nan ? NAN : mx, sLS[r] = sum > 0.f ? logf(sum) : INFINITY;
+    }
+    __syncthreads();
+    // out: 4 dims per thread, 8 splits' loads issued before any is used (latency: L2 round trips).
+    // Not 16: that raised the whole kernel to 168 registers (ptxas, sm_90; pipes 1 and 3 use ~128
+    // without it), 3 CTAs per SM instead of 4: batch 64, kv 4k / 16k (pipe 1) ran at 3061 / 3325 GB/s
+    // instead of 3985 / 4126 (H200, 2026-11-29).
+    constexpr int U = 8;
+    for (int idx = threadIdx.x; idx < ROWS * DP / 4; idx += DEC_THREADS) {
+        const int r = idx * 4 / DP, d0 = idx * 4 % DP, rg = r0 + r;
+        if (rg >= p.rows || d0 >= p.D) continue; // D % 8 == 0: a float4 is all in or all out
+        const int i = rg / p.group, h = hk * p.group + rg % p.group;
+        const float M = sM[r], LS = sLS[r];
+        const float *lp = p.part_lse + ((int64_t)b * p.H + h) * p.Sq + i;
+        const float4 *op = (const float4 *)(p.part_o + (((int64_t)b * p.Sq + i) * p.H + h) * p.D + d0);
+        const int64_t o_step = l_step * p.D / 4; // float4s from one split's partial to the next
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int sp0 = 0; sp0 < p.n_splits && LS != INFINITY; sp0 += U) {
+            float x[U];
+            float4 v[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int sp = sp0 + u;
+                x[u] = sp < p.n_splits ? __ldcg(lp + sp * l_step) : INFINITY;
+                v[u] = sp < p.n_splits ? __ldcg(op + sp * o_step) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (isinf(x[u])) continue; // saw no key (its out is 0)
+                const float w = expf((x[u] - M) - LS);
+                acc.x = fmaf(w, v[u].x, acc.x), acc.y = fmaf(w, v[u].y, acc.y);
+                acc.z = fmaf(w, v[u].z, acc.z), acc.w = fmaf(w, v[u].w, acc.w);
+            }
+        }
+        uint16_t *o = (uint16_t *)p.o + b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d0;
+        o[0] = from_f32<T>(acc.x), o[1] = from_f32<T>(acc.y), o[2] = from_f32<T>(acc.z), o[3] = from_f32<T>(acc.w);
+        if (p.lse && d0 == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = M != M ? NAN : LS == INFINITY ? INFINITY : M + LS;
     }
 }
 
@@ -337,21 +423,16 @@ static __device__ __forceinline__ void issue_kv_fast(const flashc_decode_params 
 //           offsets, keys past ke zero-filled; the path for unaligned or huge-stride caches
 //   PIPE 1  fast loads into registers at the top of each step
 //   PIPE 2  fast loads one step ahead (register double buffer)
-//   PIPE 3  fast loads through a DEC_STAGES-deep cp.async ring in shared memory, DEC_STAGES - 1
-//           steps ahead (each thread its own conflict-free 16-byte slots)
-#define DEC_STAGES 4
-
-template <int DP, int ROWS>
-static constexpr int dec_ring_smem() {
-    return DEC_STAGES * dec_shape<__half, DP, ROWS>::KPG * dec_shape<__half, DP, ROWS>::NV * 2 * DEC_THREADS * 16;
-}
+// (A PIPE 3, a 4-stage cp.async ring in shared memory 3 steps ahead, was dropped: 64 KB of shared
+// memory per CTA, so 3 CTAs per SM, and with the fused merge it ran batch 64 kv 64k at 3300 GB/s
+// (2 splits) in the H200 run where pipe 1 ran kv 4k / 16k at 3985 / 4126; an earlier run had
+// pipe 1 at 4251 on that shape.)
 
 template <typename T, int DP, int ROWS, int PIPE>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
     typedef dec_shape<T, DP, ROWS> S;
     constexpr int TPK = S::TPK, NV = S::NV, E = S::E, GPW = S::GPW, NG = S::NG, KPG = S::KPG, N = S::N, C = S::C,
                   LPR = S::LPR, TILE = S::TILE;
-    extern __shared__ __align__(16) uint4 dsm[]; // PIPE 3: [stage][k][v][K, V][thread] 16-byte slots
     __shared__ __align__(16) float sP[NG][N + ROWS];    // per key group: P_ij of the step, then alpha per row
     __shared__ float sML[NG][2][ROWS];                  // per key group: m_i, l_i at the end
     __shared__ float sO[DEC_WARPS][ROWS][DP];           // per warp: O_i (unnormalised)
@@ -362,11 +443,11 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     const int chunk = blockIdx.x % p.row_chunks, split = blockIdx.x / p.row_chunks;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int grp = warp * GPW + lane / TPK, lg = lane % TPK;
-    const int c_b = p.cache_seqlens ? p.cache_seqlens[b] : p.Sk;
+    const int c_b = cache_len(p, b);
     const int n_b = c_b + p.seqlen_new;
     const int r0 = chunk * ROWS;
     const int32_t *bt_b = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : NULL;
-    const int64_t unit_b = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
+    const int64_t unit_b = cache_unit(p, b);
 
     // the CTA's key range: the union of its rows' ranges (monotone in i), then this split's slice,
     // in whole tiles so that slices meet at tile (and page) boundaries
@@ -437,20 +518,9 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
         vl[v] = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + d0;
     }
     const int unit32 = (int)unit_b;
-    constexpr int STAGE_SLOTS = KPG * NV * 2 * DEC_THREADS; // 16-byte slots per ring stage
-    const uint32_t ring = smem_u32(dsm) + threadIdx.x * 16;
     const int n_tiles = (ke - kb + TILE - 1) / TILE;
     uint4 kn[KPG][NV], vn[KPG][NV]; // PIPE 2: the next step's
     if (PIPE == 2 && n_tiles > 0) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + grp * KPG, ke, kn, vn);
-    if (PIPE == 3) {
-#pragma unroll
-        for (int st = 0; st < DEC_STAGES - 1; st++) {
-            if (st < n_tiles)
-                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + st * TILE + grp * KPG, ke,
-                                            ring + st * STAGE_SLOTS * 16);
-            cp_async_commit();
-        }
-    }
     for (int t = 0; t < n_tiles; t++) {
         const int j0 = kb + t * TILE + grp * KPG;
         uint4 kr[KPG][NV], vr[KPG][NV];
@@ -458,27 +528,12 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
             load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
         } else if (PIPE == 1) {
             load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0, ke, kr, vr);
-        } else if (PIPE == 2) {
+        } else {
 #pragma unroll
             for (int k = 0; k < KPG; k++)
 #pragma unroll
                 for (int v = 0; v < NV; v++) kr[k][v] = kn[k][v], vr[k][v] = vn[k][v];
             if (t + 1 < n_tiles) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + TILE, ke, kn, vn);
-        } else {
-            const int tn = t + DEC_STAGES - 1; // the step DEC_STAGES - 1 ahead, into the slot read last step
-            if (tn < n_tiles)
-                issue_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + (DEC_STAGES - 1) * TILE, ke,
-                                            ring + (tn % DEC_STAGES) * STAGE_SLOTS * 16);
-            cp_async_commit();
-            cp_async_wait<DEC_STAGES - 1>(); // step t's group has landed
-            const uint4 *slot = dsm + (t % DEC_STAGES) * STAGE_SLOTS + threadIdx.x;
-#pragma unroll
-            for (int k = 0; k < KPG; k++)
-#pragma unroll
-                for (int v = 0; v < NV; v++) {
-                    kr[k][v] = slot[((k * NV + v) * 2) * DEC_THREADS];
-                    vr[k][v] = slot[((k * NV + v) * 2 + 1) * DEC_THREADS];
-                }
         }
 
         // S_ij = Q_i K_j^T (line 8): my lanes' partial sums, s[r * KPG + k]
@@ -553,7 +608,6 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
         }
     }
 
-    if (PIPE == 3) cp_async_wait<0>(); // the empty groups committed past the last step
 
     // --- merge the key groups: first (m, l) of every row to every lane of the group
 #pragma unroll
@@ -616,6 +670,19 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
             p.part_o[row * p.D + d] = out;
             if (d == 0) p.part_lse[(((int64_t)split * p.B + b) * p.H + h) * p.Sq + i] = lse;
         }
+    }
+
+    // --- split-KV: count this split in; the last of the (b, kv head, row chunk) merges them all
+    if (p.n_splits > 1) {
+        __shared__ int s_last;
+        __threadfence(); // my partials reach L2 before my count does
+        __syncthreads();
+        if (threadIdx.x == 0)
+            s_last = atomicAdd(p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk, 1) == p.n_splits - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence(); // the other splits' partials are read after their counts
+        merge_splits<T, DP, ROWS>(p, b, hk, r0);
     }
 }
 
@@ -701,56 +768,31 @@ static int rows_per_cta(const flashc_problem *p) {
 
 typedef void (*dec_kernel_fn)(flashc_decode_params);
 
-typedef struct dec_kernel {
-    dec_kernel_fn fn;
-    int smem; // dynamic shared memory bytes
-} dec_kernel;
-
-// The pipe for the 4-row kernels of head_dim <= 128 on a fast-path cache: DEC_DEFAULT_PIPE, or
-// FLASHC_DECODE_PIPE=0|1|2|3 from the environment (a lab switch for A/B runs and tests in one process).
-// H200, 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 / 3 (copy: 4240):
-//   B 1:  kv 4k 582 / 703 / 724,     16k 1538 / 1682 / 1608,  64k 2809 / 3091 / 2892
-//   B 16: kv 4k 3354 / 3559 / 3344,  16k 3965 / 4265 / 4149,  64k 4179 / 4478 / 4390
-//   B 64: kv 4k 4042 / 3773 / 3720,  16k 4198 / 4107 / 4045,  64k 4251 / 4203 / 4428
-// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 is best or within 7% everywhere.
-#define DEC_DEFAULT_PIPE 2
-
-static int fast_pipe(void) {
-    const char *env = getenv("FLASHC_DECODE_PIPE");
-    return env && env[0] >= '0' && env[0] <= '3' ? env[0] - '0' : DEC_DEFAULT_PIPE;
-}
-
-template <typename T, int DP>
-static dec_kernel ring_kernel(void) {
-    static int ready = 0; // the > 48 KB of dynamic shared memory is allowed once
-    const int smem = dec_ring_smem<DP, 4>();
-    dec_kernel k = {flashc_decode_kernel<T, DP, 4, 3>, smem};
-    if (!ready) {
-        if (cudaFuncSetAttribute(flashc_decode_kernel<T, DP, 4, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem) != cudaSuccess) {
-            cudaGetLastError();
-            k.fn = NULL;
-            return k;
-        }
-        ready = 1;
-    }
-    return k;
+// The pipe for the 4-row kernels of head_dim <= 128 on a fast-path cache, by shape. H200,
+// 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 (copy: 4240; the
+// split-KV merge then still a separate kernel):
+//   B 1:  kv 4k 582 / 703,     16k 1538 / 1682,  64k 2809 / 3091
+//   B 16: kv 4k 3354 / 3559,   16k 3965 / 4265,  64k 4179 / 4478
+//   B 64: kv 4k 4042 / 3773,   16k 4198 / 4107,  64k 4251 / 4203
+// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 (one step ahead in registers, 168
+// registers: 3 CTAs per SM) wherever the grid needs splitting; pipe 1 (126 registers: 4 CTAs per
+// SM, so batch 64 x 8 kv heads fits one wave of 528 without splits) with >= 2 CTAs per SM unsplit.
+// With the merge fused, the same run gave pipe 1 at batch 64 kv 4k / 16k 3985 / 4126.
+static int pick_pipe(const flashc_problem *p, int sm_count) {
+    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
+    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
+    return items < 2LL * sm_count ? 2 : 1;
 }
 
 template <typename T>
-static dec_kernel pick_kernel(int Dp, int rows, int fast) {
-    dec_kernel k = {NULL, 0};
-    const int pipe = fast_pipe();
-    if (fast && rows == 4 && Dp <= 128 && pipe > 0) {
-        if (pipe == 3) k = Dp == 64 ? ring_kernel<T, 64>() : ring_kernel<T, 128>();
-        else if (pipe == 2) k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
-        else k.fn = Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
-        if (k.fn) return k;
+static dec_kernel_fn pick_kernel(int Dp, int rows, int fast, int pipe) {
+    if (fast && rows == 4 && Dp <= 128) {
+        if (pipe == 2) return Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
+        return Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
     }
-    if (Dp == 64) k.fn = rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
-    else if (Dp == 128) k.fn = rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
-    else k.fn = flashc_decode_kernel<T, 256, 4, 0>;
-    return k;
+    if (Dp == 64) return rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
+    if (Dp == 128) return rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
+    return flashc_decode_kernel<T, 256, 4, 0>;
 }
 
 static int kv_vec_ok(const flashc_problem *p, const void *k, const void *v) {
@@ -767,9 +809,10 @@ static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
     return kv_vec_ok(p, k, v);
 }
 
-static dec_kernel decode_kernel(const flashc_problem *p, int kv_vec) {
-    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(pad_dim(p->D), rows_per_cta(p), kv_vec)
-                                         : pick_kernel<__half>(pad_dim(p->D), rows_per_cta(p), kv_vec);
+static dec_kernel_fn decode_kernel(const flashc_problem *p, int kv_vec, int sm_count) {
+    const int pipe = pick_pipe(p, sm_count);
+    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(pad_dim(p->D), rows_per_cta(p), kv_vec, pipe)
+                                         : pick_kernel<__half>(pad_dim(p->D), rows_per_cta(p), kv_vec, pipe);
 }
 
 // Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
@@ -782,9 +825,9 @@ static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, in
     if (a->num_splits > 0) return a->num_splits;
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
     const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
-    const dec_kernel k = decode_kernel(p, 1);
+    const dec_kernel_fn k = decode_kernel(p, 1, sm_count);
     int occ = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k, DEC_THREADS, 0) != cudaSuccess ||
         occ < 1) {
         cudaGetLastError();
         occ = 1;
@@ -804,11 +847,26 @@ static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, in
     return max_s;
 }
 
+// The workspace with n_splits > 1: fp32 partials O (n_splits, B, Sq, H, D), LSE (n_splits, B, H,
+// Sq), then the int32 split counters (B, H_kv, row chunks); each piece 256-byte aligned.
+static size_t ws_o_bytes(const flashc_problem *p, int n_splits) {
+    const size_t rows = (size_t)p->B * (size_t)p->Sq * (size_t)p->H;
+    return ((size_t)n_splits * rows * (size_t)p->D * sizeof(float) + 255) & ~(size_t)255;
+}
+
+static size_t ws_lse_bytes(const flashc_problem *p, int n_splits) {
+    const size_t rows = (size_t)p->B * (size_t)p->Sq * (size_t)p->H;
+    return ((size_t)n_splits * rows * sizeof(float) + 255) & ~(size_t)255;
+}
+
+static size_t n_counters(const flashc_problem *p) {
+    const int rows = p->group * p->Sq, R = rows_per_cta(p);
+    return (size_t)p->B * (size_t)p->H_kv * (size_t)((rows + R - 1) / R);
+}
+
 static size_t ws_bytes(const flashc_problem *p, int n_splits) {
     if (n_splits <= 1) return 0;
-    const size_t rows = (size_t)p->B * (size_t)p->Sq * (size_t)p->H;
-    const size_t o_bytes = ((size_t)n_splits * rows * (size_t)p->D * sizeof(float) + 255) & ~(size_t)255;
-    return o_bytes + (size_t)n_splits * rows * sizeof(float);
+    return ws_o_bytes(p, n_splits) + ws_lse_bytes(p, n_splits) + n_counters(p) * sizeof(int);
 }
 
 size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
@@ -831,6 +889,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     P.seqlen_new = a->seqlen_new;
     P.cache_seqlens = a->cache_seqlens;
     P.cache_batch_idx = p->cache_batch_idx;
+    P.num_cache_rows = a->num_cache_rows;
     P.block_table = p->block_table;
     P.bt_stride = p->block_table_stride;
     P.page_size = p->page_size, P.num_pages = p->num_pages;
@@ -844,6 +903,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     P.lse = a->lse;
     P.rot_cos = a->rotary_cos, P.rot_sin = a->rotary_sin;
     P.rot_dim = a->rotary_dim, P.rot_interleaved = a->rotary_interleaved, P.rot_q_per_row = a->rotary_q_per_row;
+    P.seqlen_ro = a->seqlen_ro;
     P.transform = p->softcap > 0.f || p->alibi_slopes != NULL;
     P.q_mul = P.transform ? p->scale : p->scale * FLASHC_LOG2E;
     P.softcap = p->softcap;
@@ -857,6 +917,17 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
         P.v_bs32 = (int)p->v_stride[0], P.v_rs32 = (int)p->v_stride[1];
     }
 
+    // the plan (the append kernel zeroes the split counters)
+    const int R = rows_per_cta(p);
+    P.rows = p->group * p->Sq;
+    P.row_chunks = (P.rows + R - 1) / R;
+    P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count) : 1;
+    if (P.n_splits > 1) {
+        P.part_o = (float *)a->ws;
+        P.part_lse = (float *)((char *)a->ws + ws_o_bytes(p, P.n_splits));
+        P.counters = (int *)((char *)a->ws + ws_o_bytes(p, P.n_splits) + ws_lse_bytes(p, P.n_splits));
+    }
+
     // 1. the append, before the attention reads the cache (same stream)
     if (a->seqlen_new > 0) {
         const int64_t n = (int64_t)p->B * a->seqlen_new * p->H_kv * p->D;
@@ -865,37 +936,17 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
         else flashc_decode_append_kernel<__half><<<blocks, 256, 0, stream>>>(P);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
+    } else if (P.n_splits > 1) {
+        cudaError_t e = cudaMemsetAsync(P.counters, 0, n_counters(p) * sizeof(int), stream);
+        if (e != cudaSuccess) return e;
     }
     if (p->Sq == 0) return cudaSuccess;
 
-    // 2. the attention, split-KV
-    const int R = rows_per_cta(p);
-    P.rows = p->group * p->Sq;
-    P.row_chunks = (P.rows + R - 1) / R;
-    P.n_splits = plan_splits(p, a, sm_count);
-    if (P.n_splits > 1) {
-        const size_t rows = (size_t)p->B * (size_t)p->Sq * (size_t)p->H;
-        P.part_o = (float *)a->ws;
-        P.part_lse = (float *)((char *)a->ws + (((size_t)P.n_splits * rows * (size_t)p->D * sizeof(float) + 255) &
-                                                ~(size_t)255));
-    }
+    // 2. the attention, split-KV; the last split of each (b, kv head, row chunk) merges
     dim3 grid((unsigned)(P.row_chunks * P.n_splits), (unsigned)p->H_kv, (unsigned)p->B);
-    const dec_kernel k = decode_kernel(p, fast);
-    k.fn<<<grid, DEC_THREADS, k.smem, stream>>>(P);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || P.n_splits == 1) return e;
-
-    // 3. the merge of the splits' partials into o and lse
-    flashc_merge_problem m;
-    memset(&m, 0, sizeof m);
-    m.n_parts = P.n_splits, m.B = p->B, m.S = p->Sq, m.H = p->H, m.D = p->D;
-    m.part_dtype = FLASHC_DTYPE_F32, m.out_dtype = p->dtype;
-    const int64_t HD = (int64_t)p->H * p->D;
-    m.part_stride[0] = (int64_t)p->B * p->Sq * HD, m.part_stride[1] = (int64_t)p->Sq * HD, m.part_stride[2] = HD;
-    m.part_stride[3] = p->D;
-    memcpy(m.out_stride, p->o_stride, sizeof m.out_stride);
-    flashc_merge_args ma = {P.part_o, P.part_lse, a->o, a->lse, a->stream};
-    return flashc__cuda_merge(&m, &ma);
+    const dec_kernel_fn k = decode_kernel(p, fast, sm_count);
+    k<<<grid, DEC_THREADS, 0, stream>>>(P);
+    return cudaGetLastError();
 }
 
 cudaError_t flashc__cuda_merge(const flashc_merge_problem *m, const flashc_merge_args *a) {
