@@ -5,6 +5,7 @@
 #   2. BUILD_DIR/test_bad_input   invalid arguments: status, message, no write, no crash
 #   3. every other BUILD_DIR/test_* built from tests/test_*.c (the Makefile builds them all)
 #   4. BUILD_DIR/test_memory      O(N) memory at Sq = Sk = 32768 (forward) and 8192 (backward)
+#   4b. test_flashc --quick and test_kvcache on the CPU backend at every ISA level the CPU has
 #   5. an ASan + UBSan copy of the library and tests in build-asan/ (host backends; the CUDA
 #      backend is compute-sanitizer's job on a GPU machine), running test_flashc --quick and every
 #      other test but test_memory
@@ -81,6 +82,28 @@ for t in test_flashc test_bad_input $others test_memory; do
         total_fail=$((total_fail + 1))
         note "$t: not built"
     fi
+done
+
+# ------------------------------------------------------------------------------------------------
+# the CPU backend at every other ISA level this CPU has (the runs above took the default one):
+# FLASHC_CPU_ISA forces the kernels, each level is its own compiled copy of the tiles
+
+isa_levels="scalar"
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then isa_levels="$isa_levels avx2"; fi
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
+    grep -qw avx512vl /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo; then
+    isa_levels="$isa_levels avx512"
+fi
+echo "== CPU ISA levels here: $isa_levels"
+for isa in $isa_levels; do
+    for t in test_flashc test_kvcache; do
+        args="--backend cpu"
+        [ $t = test_flashc ] && args="$args --quick"
+        [ -x "$BUILD/$t" ] || continue
+        export FLASHC_CPU_ISA=$isa
+        run "$t $args (FLASHC_CPU_ISA=$isa)" "$BUILD/$t" $args
+        unset FLASHC_CPU_ISA
+    done
 done
 
 # ------------------------------------------------------------------------------------------------
