@@ -1,5 +1,5 @@
 // flashc_sm90_bwd.cuh -- the Hopper (sm_90a) backward: dK_j, dV_j and dQ_i by wgmma.
-// Included by the generated inst/flashc_bwd_hd*_*_sm90a.cu files only (built for sm_90a alone);
+// Included by the generated inst/flashc_bwd_hd*_*_sm90.cu files only (built for sm_90a alone);
 // flashc_cuda.cu sends a backward here only on a 9.0 device, in the atomic (non-deterministic)
 // mode, with 16-byte aligned tensors and head dim 128 (padded: 72..128). The kernel is also
 // correct for D = 64 (the full CUDA test sweep passed with it), but there it ran at 0.80-0.87x of
