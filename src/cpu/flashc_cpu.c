@@ -33,21 +33,6 @@ typedef struct cpu_state {
 // Rows per chunk of the backward's dQ reduction.
 #define REDUCE_ROWS 256
 
-static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// The sequence b with off[b] <= c < off[b + 1], off nondecreasing with off[0] = 0 <= c.
-static int find_seq(const int64_t *off, int n, int64_t c) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (off[mid] <= c) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
 // ------------------------------------------------------------------------------------------------
 // init / fini: pick the kernels, start the pool
 

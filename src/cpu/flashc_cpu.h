@@ -6,6 +6,22 @@
 
 #include "flashc_internal.h"
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The sequence b with off[b] <= c < off[b + 1], off nondecreasing with off[0] = 0 <= c (the drivers
+// number their work items per sequence in off[]).
+static inline int find_seq(const int64_t *off, int n, int64_t c) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (off[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // Tile sizes. The forward keeps Q_i^T and O_i^T of FWD_BR query rows (the vector lanes) and streams
 // K_j, V_j in blocks of FWD_BC keys; the backward keeps K_j^T, V_j^T, dK_j^T, dV_j^T of BWD_BC keys
 // (the lanes) and streams Q_i, dO_i in blocks of BWD_BR rows. At D = 128 the forward's tiles are

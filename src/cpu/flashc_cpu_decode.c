@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static flashc_cpu_dec_item_fn pick_item(const char *isa) {
     if (isa && !strcmp(isa, "avx512")) return flashc__cpu_dec_item_avx512;
@@ -96,17 +93,6 @@ typedef struct dec_run {
     flashc_merge_args ma;
     int64_t merge_rows;
 } dec_run;
-
-// The sequence b with off[b] <= c < off[b + 1].
-static int find_seq(const int64_t *off, int n, int64_t c) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (off[mid] <= c) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
 
 // Chunk c: item (query chunk, head range, split) of sequence b, splits fastest so that the splits
 // of one (b, heads) run side by side and share the sequence's pages in L3.

@@ -19,7 +19,7 @@
 #ifndef FLASHC_CPU_DECODE_H
 #define FLASHC_CPU_DECODE_H
 
-#include "flashc_internal.h"
+#include "flashc_cpu.h"
 #include "flashc_threads.h"
 
 // Keys per block: the K and V rows of one block for all 8 kv heads at D = 128, bf16, are 2 x 64 KiB,

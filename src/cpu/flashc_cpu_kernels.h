@@ -11,8 +11,6 @@
 
 #include "flashc_cpu_tile.h"
 
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Address of row `row` of sequence b, head `head`, of a q-like tensor with element size es.
 static inline const void *row_ptr(const flashc_problem *p, const void *base, const int64_t st[3], int b,
