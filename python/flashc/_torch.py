@@ -271,19 +271,17 @@ def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cach
         keep.append(bt)
     else:
         sk = k_cache.shape[1]
+    kv = _lib.KvcacheDesc()  # zero-filled: no append, no rotary, splits chosen by the library
     new = 0
-    kn_st = vn_st = _NO_ST
     if k_new is not None:
         k_new, v_new = _last_contig(k_new), _last_contig(v_new)
         new = k_new.shape[1]
         if k_new.shape != (B, new, Hkv, D) or v_new.shape != k_new.shape:
             raise ValueError(f"flashc: k and v must be (batch = {B}, seqlen_new, nheads_k = {Hkv}, headdim = {D}), "
                              f"got {tuple(k_new.shape)} and {tuple(v_new.shape)}")
-        kn_st, vn_st = k_new.stride()[:3], v_new.stride()[:3]
-    kv = _lib.KvcacheDesc()
+        kv.knew_stride[:] = k_new.stride()[:3]
+        kv.vnew_stride[:] = v_new.stride()[:3]
     kv.seqlen_new = new
-    kv.knew_stride[:] = kn_st
-    kv.vnew_stride[:] = vn_st
     kv.num_splits = int(num_splits)
     if cache_seqlens is not None:
         cs = _i32(cache_seqlens, "cache_seqlens", q)
@@ -362,9 +360,6 @@ def merge_impl(out_parts, lse_parts, out_dtype):
     if status:
         _lib.raise_status(ctx, status, "flashc.merge")
     return out, lse
-
-
-_NO_ST = (0, 0, 0)
 
 
 def _rotary_table(t, name, q):
