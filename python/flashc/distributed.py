@@ -36,8 +36,7 @@ torch.compile sees the ring as a graph break.
 import torch
 import torch.distributed as dist
 
-from ._api import POISON
-from ._torch import bwd_impl, fwd_impl
+from ._torch import attention_backward, fwd_impl
 
 __all__ = ["ring_attention", "shard", "unshard", "RingAttentionFunction"]
 
@@ -168,13 +167,8 @@ def _ring_fwd(ring, q, k, v, causal, layout, scale, softcap):
 def _ring_bwd(ring, dout, q, k, v, out, lse, causal, layout, scale, softcap, deterministic):
     if ring.n == 1:
         # one block: flashc's own backward, nothing to accumulate or pass on
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        if POISON:
-            for t in (dq, dk, dv):
-                t.fill_(float("nan"))
-        bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, None, None, None, None, 0, 0, scale, softcap, causal, -1, -1,
-                 deterministic)
-        return dq, dk, dv
+        return attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale, softcap=softcap,
+                                  deterministic=deterministic)
     c = q.shape[1] // 2
     kv = torch.stack([k, v])
     dq_acc = None
@@ -185,15 +179,9 @@ def _ring_bwd(ring, dout, q, k, v, out, lse, causal, layout, scale, softcap, det
         contrib = None
         if plan is not None:
             rows, cols, blk_causal = plan
-            qp, kp, vp = q[:, rows], kv[0][:, cols], kv[1][:, cols]
-            dq = torch.empty(qp.shape, dtype=q.dtype, device=q.device)
-            dk = torch.empty(kp.shape, dtype=k.dtype, device=k.device)
-            dv = torch.empty(vp.shape, dtype=v.dtype, device=v.device)
-            if POISON:
-                for t in (dq, dk, dv):
-                    t.fill_(float("nan"))
-            bwd_impl(dout[:, rows], qp, kp, vp, out[:, rows], lse[:, :, rows], dq, dk, dv, None, None, None, None,
-                     0, 0, scale, softcap, blk_causal, -1, -1, deterministic)
+            dq, dk, dv = attention_backward(dout[:, rows], q[:, rows], kv[0][:, cols], kv[1][:, cols], out[:, rows],
+                                            lse[:, :, rows], causal=blk_causal, scale=scale, softcap=softcap,
+                                            deterministic=deterministic)
             if dq_acc is None:
                 dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
             dq_acc[:, rows] += dq
