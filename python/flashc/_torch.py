@@ -480,15 +480,21 @@ def max_len(cu):
     return int((cu[1:] - cu[:-1]).max().item()) if cu.shape[0] > 1 else 0
 
 
+def _max_lens(cu_q, cu_k, max_q, max_k):
+    """max_seqlen_q / _k as given, or computed from the offsets of a varlen call when None."""
+    if cu_q is not None:
+        if max_q is None:
+            max_q = max_len(cu_q)
+        if max_k is None and cu_k is not None:
+            max_k = max_len(cu_k)
+    return max_q, max_k
+
+
 def attention(q, k, v, causal=False, scale=None, softcap=0.0, window=(-1, -1), alibi_slopes=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
               deterministic=False, return_lse=False, pack=None):
     """See flashc.attention. pack: None, "kv" (k is kv, v None) or "qkv" (q is qkv, k and v None)."""
-    if cu_seqlens_q is not None:
-        if max_seqlen_q is None:
-            max_seqlen_q = max_len(cu_seqlens_q)
-        if max_seqlen_k is None and cu_seqlens_k is not None:
-            max_seqlen_k = max_len(cu_seqlens_k)
+    max_seqlen_q, max_seqlen_k = _max_lens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     wl, wr = window
     args = (alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q or 0, max_seqlen_k or 0,
             float(scale) if scale is not None else 0.0, float(softcap), bool(causal), int(wl), int(wr))
@@ -506,11 +512,7 @@ def attention_backward(dout, q, k, v, out, lse, causal=False, scale=None, softca
                        alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                        seqused_k=None, deterministic=False):
     """See flashc.attention_backward: returns fresh (dq, dk, dv)."""
-    if cu_seqlens_q is not None:
-        if max_seqlen_q is None:
-            max_seqlen_q = max_len(cu_seqlens_q)
-        if max_seqlen_k is None and cu_seqlens_k is not None:
-            max_seqlen_k = max_len(cu_seqlens_k)
+    max_seqlen_q, max_seqlen_k = _max_lens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
