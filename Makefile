@@ -104,11 +104,11 @@ BENCH_BLAS = $(shell for d in $(BLAS_INC_DIRS); do [ -e $$d/cblas.h ] || continu
                $(CC) -x c - -I$$d -Werror=implicit-function-declaration -o /dev/null -lopenblas >/dev/null 2>&1 && \
                { echo "-DFLASHC_BENCH_BLAS -I$$d -lopenblas"; break; }; done)
 
-$(BUILD)/flashc-bench: bench/flashc_bench.c $(BUILD)/libflashc.a
+$(BUILD)/flashc-bench: bench/flashc_bench.c bench/bench_util.h $(BUILD)/libflashc.a
 	$(CC) $(TEST_CFLAGS) -O3 -fno-trapping-math $< -o $@ $(BUILD)/libflashc.a $(LDLIBS) $(BENCH_BLAS)
 
 # CPU decode (flashc_fwd_kvcache) against the memory bandwidth measured in the same run.
-$(BUILD)/flashc-bench-decode: bench/bench_decode.c $(BUILD)/libflashc.a
+$(BUILD)/flashc-bench-decode: bench/bench_decode.c bench/bench_util.h $(BUILD)/libflashc.a
 	$(CC) $(TEST_CFLAGS) -O3 $< -o $@ $(BUILD)/libflashc.a $(LDLIBS)
 
 $(BUILD)/test_%: tests/test_%.c tests/*.h $(BUILD)/libflashc.a

@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #include "flashc.h"
 #include "flashc_internal.h"
+#include "bench_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -44,11 +45,6 @@ typedef struct opts {
     const char *json;
 } opts;
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int parse_list(const char *s, int *out) {
     int n = 0;
@@ -121,7 +117,7 @@ typedef struct bw_job {
 static void *bw_read(void *arg) {
     bw_job *j = arg;
     pthread_barrier_wait(j->bar);
-    j->t0 = now();
+    j->t0 = now_s();
     uint64_t a = 0, b = 0, c = 0, d = 0;
     for (size_t i = 0; i + 8 <= j->n; i += 8) { // 4 chains; the compiler vectorises the adds
         a += j->src[i] + j->src[i + 4];
@@ -130,7 +126,7 @@ static void *bw_read(void *arg) {
         d += j->src[i + 3] + j->src[i + 7];
     }
     j->sum = a ^ b ^ c ^ d;
-    j->t1 = now();
+    j->t1 = now_s();
     pthread_barrier_wait(j->bar);
     return NULL;
 }
@@ -138,9 +134,9 @@ static void *bw_read(void *arg) {
 static void *bw_copy(void *arg) {
     bw_job *j = arg;
     pthread_barrier_wait(j->bar);
-    j->t0 = now();
+    j->t0 = now_s();
     memcpy(j->dst, j->src, j->n * sizeof(uint64_t));
-    j->t1 = now();
+    j->t1 = now_s();
     pthread_barrier_wait(j->bar);
     return NULL;
 }
@@ -187,34 +183,14 @@ static double measure_bw(int copy, char *buf, size_t bytes, int threads, int rep
 
 // ------------------------------------------------------------------------------------------------
 
-static void cpu_name(char *out, size_t cap) {
-    snprintf(out, cap, "cpu");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            char *p = strchr(line, ':');
-            if (p) {
-                p++;
-                while (*p == ' ') p++;
-                p[strcspn(p, "\n")] = 0;
-                snprintf(out, cap, "%s (%ld cores online)", p, sysconf(_SC_NPROCESSORS_ONLN));
-            }
-            break;
-        }
-    fclose(f);
+// The CPU model and the cores online ("cpu" when /proc/cpuinfo names no model).
+static void machine_name(char *out, size_t cap) {
+    char model[256];
+    read_keyed_line("/proc/cpuinfo", "model name", model, sizeof model);
+    if (model[0]) snprintf(out, cap, "%s (%ld cores online)", model, sysconf(_SC_NPROCESSORS_ONLN));
+    else snprintf(out, cap, "cpu");
 }
 
-static double loadavg1(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
 
 static void *pool_alloc(size_t bytes, int huge) {
     void *p = NULL;
@@ -277,16 +253,12 @@ static int check_against_ref(int threads) {
     return ok;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     opts o;
     parse(argc, argv, &o);
     char device[256];
-    cpu_name(device, sizeof device);
+    machine_name(device, sizeof device);
     printf("flashc %s decode benchmark: GQA %d/%d, head_dim %d, bf16 cache, %d threads\n", flashc_version_string(), H_Q,
            H_KV, HD, o.threads);
     printf("device: %s; load average (1 min) %.2f at start\n", device, loadavg1());
@@ -371,9 +343,9 @@ int main(int argc, char **argv) {
                         const size_t n_win = bw_bytes / rd_bytes;
                         rb[r] = measure_bw(0, bw + (size_t)r % n_win * rd_bytes, rd_bytes, o.threads, 1);
                     }
-                    double t0 = now();
+                    double t0 = now_s();
                     st = flashc_fwd_kvcache(ctx, &d, &kd, q, kp, vp, NULL, NULL, out, lse, ws, ws_size, NULL);
-                    if (r >= 0) t[r] = now() - t0;
+                    if (r >= 0) t[r] = now_s() - t0;
                 }
                 if (st != FLASHC_OK) {
                     printf("flashc_fwd_kvcache: %s\n", flashc_ctx_last_error(ctx));

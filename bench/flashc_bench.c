@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "flashc.h"
 #include "flashc_internal.h"
+#include "bench_util.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -170,43 +171,6 @@ static void parse_args(int argc, char **argv, opts *o) {
 // ------------------------------------------------------------------------------------------------
 // small utilities: clock, machine facts, memory counters
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void trim(char *s) {
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
-    size_t i = 0;
-    while (isspace((unsigned char)s[i])) i++;
-    memmove(s, s + i, n - i + 1);
-}
-
-// The value of the first line of `path` that starts with `key`, after the ':' (or "" if none).
-static void read_keyed_line(const char *path, const char *key, char *out, size_t cap) {
-    out[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, key, strlen(key))) {
-            char *c = strchr(line, ':');
-            if (c) {
-                snprintf(out, cap, "%s", c + 1);
-                trim(out);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
-static void cpu_name(char *out, size_t cap) {
-    read_keyed_line("/proc/cpuinfo", "model name", out, cap);
-    if (!out[0]) snprintf(out, cap, "unknown cpu");
-}
 
 // First GPU's model as the NVIDIA driver reports it; the bench does not link cudart itself.
 // (The first directory listed, which is the CUDA device 0 unless CUDA_VISIBLE_DEVICES reorders them.)
@@ -224,15 +188,6 @@ static void gpu_name(char *out, size_t cap) {
     if (!out[0]) snprintf(out, cap, "NVIDIA GPU");
 }
 
-static double loadavg1(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
 
 // VmRSS / VmHWM of this process in bytes (-1 when /proc is not there).
 static int64_t proc_status_kib(const char *key) {
@@ -316,10 +271,6 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 // ------------------------------------------------------------------------------------------------
 // shapes and FLOPs
