@@ -75,7 +75,7 @@ typedef enum flashc_dtype {
     FLASHC_DTYPE_F32  = 0,
     FLASHC_DTYPE_F16  = 1,
     FLASHC_DTYPE_BF16 = 2,
-    FLASHC_DTYPE_E4M3 = 3, /* fp8 forward inputs (Hopper); reserved, not yet implemented */
+    FLASHC_DTYPE_E4M3 = 3, /* fp8 (OCP e4m3) q, k, v of a forward: see q_descale; o is then bf16 */
 } flashc_dtype;
 
 typedef enum flashc_backend {
@@ -150,7 +150,13 @@ typedef struct flashc_attn_desc {
     int32_t page_size;            /* >= 1 */
     int32_t num_pages;            /* pages in the pool; every block_table entry used is < num_pages */
 
-    int64_t reserved[21]; /* must be zero; future fields come from here */
+    /* fp8 forward (dtype = FLASHC_DTYPE_E4M3; forward only, CUDA on sm_90 and the ref backend):
+     * q, k and v hold e4m3 codes and stand for code * descale, one factor per tensor (0 => 1;
+     * must be 0 for the other dtypes). o is bf16, lse as usual. */
+    float   q_descale, k_descale, v_descale;
+    int32_t reserved32;   /* must be zero */
+
+    int64_t reserved[19]; /* must be zero; future fields come from here */
 } flashc_attn_desc;
 
 /* Fill the zero strides of q, k, v, o (and leave dout/dq/dk/dv "same as") for the contiguous
@@ -173,9 +179,9 @@ FLASHC_API flashc_backend flashc_ctx_backend(const flashc_ctx *ctx); /* the reso
  * Valid until the next call on ctx. */
 FLASHC_API const char   *flashc_ctx_last_error(const flashc_ctx *ctx);
 
-/* FLASHC_OK if the ctx's backend can run this problem (forward and backward), else the status
- * flashc_fwd would return, with the reason in flashc_ctx_last_error. Reads no tensor memory
- * except cu_seqlens (host backends). */
+/* FLASHC_OK if the ctx's backend can run this problem (forward and backward; the forward alone for
+ * E4M3, which has no backward), else the status flashc_fwd would return, with the reason in
+ * flashc_ctx_last_error. Reads no tensor memory except cu_seqlens (host backends). */
 FLASHC_API flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d);
 
 /* Workspace sizes in bytes (on the ctx's device). 0 means none is needed. The sizes depend only on

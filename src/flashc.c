@@ -235,6 +235,20 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
     if (d->head_dim < 1) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "head_dim = %d: must be >= 1", d->head_dim);
     if (d->dtype < FLASHC_DTYPE_F32 || d->dtype > FLASHC_DTYPE_E4M3)
         FAIL(ctx, FLASHC_ERR_INVALID_ARG, "dtype = %d: not a flashc_dtype", (int)d->dtype);
+    if (d->reserved32) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "desc.reserved32 must be zero");
+    {
+        const float ds[3] = {d->q_descale, d->k_descale, d->v_descale};
+        const char *dn[3] = {"q_descale", "k_descale", "v_descale"};
+        for (int i = 0; i < 3; i++) {
+            if (d->dtype != FLASHC_DTYPE_E4M3 && ds[i] != 0)
+                FAIL(ctx, FLASHC_ERR_INVALID_ARG, "%s = %g: only E4M3 inputs take a descale (leave it 0)", dn[i], ds[i]);
+            if (!(isfinite(ds[i]) && ds[i] >= 0))
+                FAIL(ctx, FLASHC_ERR_INVALID_ARG, "%s = %g: must be finite and > 0 (or 0 for 1)", dn[i], ds[i]);
+        }
+    }
+    if (d->dtype == FLASHC_DTYPE_E4M3 && mode != FLASHC__FOR_FWD)
+        FAIL(ctx, FLASHC_ERR_UNSUPPORTED, "dtype = E4M3: fp8 is forward only (flashc_fwd)%s",
+             mode == FLASHC__FOR_KVCACHE ? "; the KV-cache path takes F32, F16 or BF16" : "");
     if (d->scale != 0 && !(isfinite(d->scale) && d->scale > 0))
         FAIL(ctx, FLASHC_ERR_INVALID_ARG, "scale = %g: must be finite and > 0 (or 0 for 1/sqrt(head_dim))", d->scale);
     if (!(isfinite(d->softcap) && d->softcap >= 0))
@@ -262,6 +276,10 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
     p->D = d->head_dim;
     p->group = d->heads / d->heads_kv;
     p->dtype = d->dtype;
+    p->o_dtype = d->dtype == FLASHC_DTYPE_E4M3 ? FLASHC_DTYPE_BF16 : d->dtype;
+    p->q_descale = d->q_descale != 0 ? d->q_descale : 1.f;
+    p->k_descale = d->k_descale != 0 ? d->k_descale : 1.f;
+    p->v_descale = d->v_descale != 0 ? d->v_descale : 1.f;
     p->scale = d->scale != 0 ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
     p->softcap = d->softcap;
     p->is_causal = d->causal;
@@ -374,7 +392,7 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
 
 flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d) {
     flashc_problem p;
-    return flashc__resolve(ctx, d, &p, FLASHC__FOR_BWD);
+    return flashc__resolve(ctx, d, &p, d && d->dtype == FLASHC_DTYPE_E4M3 ? FLASHC__FOR_FWD : FLASHC__FOR_BWD);
 }
 
 size_t flashc_fwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d) {

@@ -29,7 +29,9 @@ extern "C" {
 typedef struct flashc_problem {
     int32_t B, Sq, Sk, H, H_kv, D;   // Sq, Sk: max lengths in varlen mode
     int32_t group;                   // H / H_kv
-    flashc_dtype dtype;
+    flashc_dtype dtype;              // of q, k, v (and dout, dq, dk, dv)
+    flashc_dtype o_dtype;            // of o: dtype, or BF16 for E4M3
+    float q_descale, k_descale, v_descale; // E4M3: the per-tensor factors (resolved, > 0); else 1
     float scale;                     // resolved, > 0
     float softcap;                   // 0 = off
     int32_t window_left, window_right; // -1 = unbounded; causal => window_right = 0
@@ -180,11 +182,42 @@ static inline uint16_t flashc__f32_to_f16(float f) {
     return sign | (uint16_t)((r - 0x38000000u) >> 13);
 }
 
+// OCP e4m3 (FP8, "fn": no infinities, S.1111.111 is NaN, largest finite 448): 1 sign bit, 4 exponent
+// bits with bias 7, 3 mantissa bits, subnormals man * 2^-9. Decoding is exact in fp32.
+static inline float flashc__e4m3_to_f32(uint8_t x) {
+    const int sign = x >> 7, exp = (x >> 3) & 15, man = x & 7;
+    float f;
+    if (exp == 15 && man == 7) f = NAN;
+    else if (exp == 0) f = (float)man * 0.001953125f; // 2^-9
+    else f = ldexpf((float)(8 + man), exp - 10);      // (1 + man / 8) 2^(exp - 7)
+    return sign ? -f : f;
+}
+
+// Round to nearest even, saturating to +-448 (as cvt.rn.satfinite.e4m3x2.f32 does); NaN -> NaN.
+static inline uint8_t flashc__f32_to_e4m3(float f) {
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (a != a) return 0x7f;
+    if (a >= 448.f) return sign | 0x7e;
+    int e;
+    frexpf(a, &e);                       // a = m 2^e, m in [0.5, 1): a in [2^(e-1), 2^e)
+    const int ulp_exp = e - 1 < -6 ? -9 : e - 1 - 3; // spacing of e4m3 values around a
+    const float q = nearbyintf(ldexpf(a, -ulp_exp)); // a in ulps, rounded to nearest even
+    const float r = ldexpf(q, ulp_exp);
+    if (r >= 448.f) return sign | 0x7e;
+    // encode r exactly
+    if (r < 0.015625f) return sign | (uint8_t)(r * 512.f); // subnormal (or 0): man = r / 2^-9
+    frexpf(r, &e);
+    const int exp = e - 1 + 7, man = (int)(ldexpf(r, -(e - 1)) * 8.f) - 8;
+    return sign | (uint8_t)(exp << 3) | (uint8_t)man;
+}
+
 // Load element idx of a tensor of dtype t as float / store a float as dtype t.
 static inline float flashc__load(const void *base, int64_t idx, flashc_dtype t) {
     switch (t) {
     case FLASHC_DTYPE_F16: return flashc__f16_to_f32(((const uint16_t *)base)[idx]);
     case FLASHC_DTYPE_BF16: return flashc__bf16_to_f32(((const uint16_t *)base)[idx]);
+    case FLASHC_DTYPE_E4M3: return flashc__e4m3_to_f32(((const uint8_t *)base)[idx]);
     default: return ((const float *)base)[idx];
     }
 }
@@ -193,6 +226,7 @@ static inline void flashc__store(void *base, int64_t idx, flashc_dtype t, float 
     switch (t) {
     case FLASHC_DTYPE_F16: ((uint16_t *)base)[idx] = flashc__f32_to_f16(x); break;
     case FLASHC_DTYPE_BF16: ((uint16_t *)base)[idx] = flashc__f32_to_bf16(x); break;
+    case FLASHC_DTYPE_E4M3: ((uint8_t *)base)[idx] = flashc__f32_to_e4m3(x); break;
     default: ((float *)base)[idx] = x; break;
     }
 }

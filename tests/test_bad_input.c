@@ -284,7 +284,9 @@ static void host_cases(void) {
     CASE("heads_kv 8 > heads 4", INV, "heads_kv", CALL_ALL | DESC, s->d.heads_kv = 8);
 
     // dtypes
-    CASE("dtype E4M3 (not on this backend)", FLASHC_ERR_UNSUPPORTED, "dtype", CALL_ALL | DESC, s->d.dtype = FLASHC_DTYPE_E4M3);
+    CASE("dtype E4M3 backward (fp8 is forward only)", FLASHC_ERR_UNSUPPORTED, "dtype", CALL_BWD, s->d.dtype = FLASHC_DTYPE_E4M3);
+    CASE("q_descale with a non-E4M3 dtype", INV, "q_descale", CALL_ALL | DESC, s->d.q_descale = 2.f);
+    CASE("reserved32 = 1", INV, "reserved32", CALL_ALL | DESC, s->d.reserved32 = 1);
     CASE("dtype = 7 (not a flashc_dtype)", INV, "dtype", CALL_ALL | DESC, s->d.dtype = (flashc_dtype)7);
     CASE("dtype = -1 (not a flashc_dtype)", INV, "dtype", CALL_ALL | DESC, s->d.dtype = (flashc_dtype)-1);
 

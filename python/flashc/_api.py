@@ -189,7 +189,8 @@ def _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q,
             max_seqlen_k, seqused_k, return_lse):
     (q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs,
      _keep) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
-    out = np.empty(q.shape, q.dtype)
+    # e4m3 inputs (CUDA only, so never here in practice) would give a bf16 out
+    out = np.empty(q.shape, _ml.bfloat16 if dt == _lib.DTYPE_E4M3 else q.dtype)
     lse = np.empty((h, q.shape[0]) if varlen else (b, h, sq), _F32)
     if POISON:
         out.fill(np.nan)

@@ -77,7 +77,11 @@ class AttnDesc(ctypes.Structure):
         ("block_table_stride", _c_i64),
         ("page_size", _c_i32),
         ("num_pages", _c_i32),
-        ("reserved", _c_i64 * 21),
+        ("q_descale", _c_f32),
+        ("k_descale", _c_f32),
+        ("v_descale", _c_f32),
+        ("reserved32", _c_i32),
+        ("reserved", _c_i64 * 19),
     ]
 
 

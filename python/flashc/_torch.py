@@ -162,6 +162,10 @@ def _st(t, varlen):
     return (0, s[0], s[1]) if varlen else (s[0], s[1], s[2])
 
 
+def _out_dtype(dtype):
+    return torch.bfloat16 if dtype == getattr(torch, "float8_e4m3fn", None) else dtype
+
+
 def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
              causal, window_left, window_right):
     """(out, lse) for torch tensors: out contiguous like q, lse fp32 (B, H, Sq) or (H, total_q)."""
@@ -179,7 +183,8 @@ def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_s
     else:
         qs, ks, vs, out_st = qs[:3], ks[:3], vs[:3], (sq * h * d, h * d, d)
         lse = q.new_empty((b, h, sq), dtype=torch.float32)
-    out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    # e4m3 q, k, v (forward only, descales 1: scale the inputs before the cast) give a bf16 out
+    out = torch.empty_like(q, memory_format=_CONTIGUOUS, dtype=_out_dtype(q.dtype))
     if POISON:
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
@@ -384,7 +389,7 @@ def fwd_op(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], cu_s
 def _fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
               softcap, causal, window_left, window_right):
     lse_shape = (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else (q.shape[0], q.shape[2], q.shape[1])
-    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+    return q.new_empty(q.shape, dtype=_out_dtype(q.dtype)), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("flashc::bwd", mutates_args=("dq", "dk", "dv"))

@@ -91,12 +91,13 @@ static void fill_zero(const flashc_problem *p, const ref_layout *L, double *x) {
             memset(x + head_off(p, L, r, h), 0, (size_t)p->D * sizeof(double));
 }
 
-// Typed tensor -> fp64 copy with the same element strides (the gaps are left alone).
-static void load_f64(const flashc_problem *p, const ref_layout *L, const void *src, double *dst) {
+// Typed tensor -> fp64 copy with the same element strides (the gaps are left alone), each element
+// times mul (an E4M3 tensor's descale, else 1; exact in fp64).
+static void load_f64(const flashc_problem *p, const ref_layout *L, const void *src, double *dst, double mul) {
     for (int64_t r = 0; r < L->n_rows; r++)
         for (int64_t h = 0; h < L->heads; h++) {
             int64_t off = head_off(p, L, r, h);
-            for (int d = 0; d < p->D; d++) dst[off + d] = (double)flashc__load(src, off + d, p->dtype);
+            for (int d = 0; d < p->D; d++) dst[off + d] = (double)flashc__load(src, off + d, p->dtype) * mul;
         }
 }
 
@@ -115,24 +116,24 @@ static int64_t kv_used_span(const flashc_problem *p, const int64_t st[3]) {
     return n;
 }
 
-static void load_kv_used(const flashc_problem *p, const int64_t st[3], const void *src, double *dst) {
+static void load_kv_used(const flashc_problem *p, const int64_t st[3], const void *src, double *dst, double mul) {
     for (int b = 0; b < p->B; b++) {
         flashc_seq s = flashc__seq(p, b);
         for (int64_t j = 0; j < s.sk; j++)
             for (int h = 0; h < p->H_kv; h++) {
                 int64_t off = flashc__k_off(p, st, b, &s, j) + h * st[2];
-                for (int d = 0; d < p->D; d++) dst[off + d] = (double)flashc__load(src, off + d, p->dtype);
+                for (int d = 0; d < p->D; d++) dst[off + d] = (double)flashc__load(src, off + d, p->dtype) * mul;
             }
     }
 }
 
 // fp64 -> typed output, writing only the elements of this tensor: in a packed layout the gaps
-// between its rows belong to other tensors. Rounds double -> float -> dtype.
-static void store_f64(const flashc_problem *p, const ref_layout *L, const double *src, void *dst) {
+// between its rows belong to other tensors. Rounds double -> float -> dtype t.
+static void store_f64(const flashc_problem *p, const ref_layout *L, const double *src, void *dst, flashc_dtype t) {
     for (int64_t r = 0; r < L->n_rows; r++)
         for (int64_t h = 0; h < L->heads; h++) {
             int64_t off = head_off(p, L, r, h);
-            for (int d = 0; d < p->D; d++) flashc__store(dst, off + d, p->dtype, (float)src[off + d]);
+            for (int d = 0; d < p->D; d++) flashc__store(dst, off + d, t, (float)src[off + d]);
         }
 }
 
@@ -299,11 +300,9 @@ static flashc_status pool_fail(flashc_ctx *ctx, f64_pool *pool) {
 }
 
 static flashc_status ref_supports(flashc_ctx *ctx, const flashc_problem *p) {
-    if (p->dtype != FLASHC_DTYPE_F32 && p->dtype != FLASHC_DTYPE_F16 && p->dtype != FLASHC_DTYPE_BF16)
-        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
-                            "dtype: the ref backend takes F32, F16 or BF16, got %d (E4M3 is not supported)",
-                            (int)p->dtype);
-    return FLASHC_OK; // any head_dim >= 1, any mask, ALiBi, softcap, varlen
+    (void)ctx;
+    (void)p;
+    return FLASHC_OK; // every dtype (E4M3 forward only: flashc.c), head_dim >= 1, mask, ALiBi, softcap, varlen
 }
 
 static size_t ref_ws(flashc_ctx *ctx, const flashc_problem *p) {
@@ -328,16 +327,16 @@ static flashc_status ref_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     double *lse = pool_alloc(&pool, (int64_t)p->H * p->total_q);
     if (pool.failed) return pool_fail(ctx, &pool);
 
-    load_f64(p, &Lq, a->q, q);
+    load_f64(p, &Lq, a->q, q, p->q_descale);
     if (rows) {
-        load_kv_used(p, p->k_stride, a->k, k);
-        load_kv_used(p, p->v_stride, a->v, v);
+        load_kv_used(p, p->k_stride, a->k, k, p->k_descale);
+        load_kv_used(p, p->v_stride, a->v, v, p->v_descale);
     } else {
-        load_f64(p, &Lk, a->k, k);
-        load_f64(p, &Lv, a->v, v);
+        load_f64(p, &Lk, a->k, k, p->k_descale);
+        load_f64(p, &Lv, a->v, v, p->v_descale);
     }
     flashc__ref_fwd_f64(p, q, k, v, o, lse);
-    store_f64(p, &Lo, o, a->o);
+    store_f64(p, &Lo, o, a->o, p->o_dtype);
     if (a->lse)
         for (int64_t n = 0; n < (int64_t)p->H * p->total_q; n++) a->lse[n] = (float)lse[n];
 
@@ -366,16 +365,16 @@ static flashc_status ref_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     double *lse = pool_alloc(&pool, n_lse);
     if (pool.failed) return pool_fail(ctx, &pool);
 
-    load_f64(p, &Lq, a->q, q);
-    load_f64(p, &Lk, a->k, k);
-    load_f64(p, &Lv, a->v, v);
-    load_f64(p, &Lo, a->o, o);
-    load_f64(p, &Ldo, a->dout, dout);
+    load_f64(p, &Lq, a->q, q, 1);
+    load_f64(p, &Lk, a->k, k, 1);
+    load_f64(p, &Lv, a->v, v, 1);
+    load_f64(p, &Lo, a->o, o, 1);
+    load_f64(p, &Ldo, a->dout, dout, 1);
     for (int64_t n = 0; n < n_lse; n++) lse[n] = (double)a->lse[n];
     flashc__ref_bwd_f64(p, q, k, v, o, lse, dout, dq, dk, dv);
-    store_f64(p, &Ldq, dq, a->dq);
-    store_f64(p, &Ldk, dk, a->dk);
-    store_f64(p, &Ldv, dv, a->dv);
+    store_f64(p, &Ldq, dq, a->dq, p->dtype);
+    store_f64(p, &Ldk, dk, a->dk, p->dtype);
+    store_f64(p, &Ldv, dv, a->dv, p->dtype);
 
     pool_free(&pool);
     return FLASHC_OK;
@@ -413,11 +412,11 @@ static flashc_status ref_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, c
 
     flashc__kvcache_append_host(p, a);
     if (a->rotary_cos) flashc__kvcache_rotate_q_host(p, a, a->ws);
-    load_f64(&pq, &Lq, a->rotary_cos ? a->ws : a->q, q);
-    load_kv_used(p, p->k_stride, a->k_cache, k);
-    load_kv_used(p, p->v_stride, a->v_cache, v);
+    load_f64(&pq, &Lq, a->rotary_cos ? a->ws : a->q, q, 1);
+    load_kv_used(p, p->k_stride, a->k_cache, k, 1);
+    load_kv_used(p, p->v_stride, a->v_cache, v, 1);
     flashc__ref_fwd_f64(&pq, q, k, v, o, lse);
-    store_f64(p, &Lo, o, a->o);
+    store_f64(p, &Lo, o, a->o, p->o_dtype);
     if (a->lse)
         for (int64_t n = 0; n < (int64_t)p->H * p->total_q; n++) a->lse[n] = (float)lse[n];
 

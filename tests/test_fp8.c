@@ -1,0 +1,410 @@
+// test_fp8.c -- the e4m3 (fp8) forward: every backend that takes it against the fp64 reference.
+//
+// DESIGN.md §2 gives rules for fp32 and f16/bf16; for e4m3 inputs we state and check this one:
+//   O    max|x - ref| <= 2 * max|naive - ref| + 1e-5 over the case (FlashAttention-2's rule), with
+//        naive = a straightforward attention on the same e4m3 codes and descales that, as any fp8
+//        P V must, rounds P = exp(s - rowmax) to e4m3 before the product, and O to bf16;
+//   LSE  |x - ref| <= 1e-5 + 2^-10 * max_j |s_ij| per row (|s_ij| = scale |q_i| . |k_j|, descales in):
+//        the tensor cores sum fp8 products with ~2^-12 relative precision (HOPPER-NOTES 1.1
+//        measured 2.4e-4), and the LSE moves by at most its largest score error; a 4x margin;
+//   rows that see no key: O exactly 0 and LSE +inf; O and LSE poisoned with NaN before the call.
+// The reference itself: its e4m3 path against its f32 path on the decoded, descaled values. Also
+// the e4m3 codec over every code, and the validation of the descales and of what fp8 does not do
+// (backward, KV cache, the cpu backend).
+//
+// Usage: build/test_fp8 [--backend cuda|ref] [--seed N] [-v]. Without a CUDA device the kernel
+// cases skip with a message. The last line is "N passed, M failed".
+#include "test_common.h"
+
+#pragma weak flashc__cuda_device_present
+int flashc__cuda_device_present(void);
+
+#define FP8_O_FACTOR 2.0
+#define FP8_SLACK 1e-5
+#define FP8_LSE_REL 0x1p-10
+
+typedef struct fcase {
+    int B, H, Hkv, Sq, Sk, D;
+    int causal, win, wl, wr;
+    float softcap;
+    int alibi;
+    int varlen;              // ragged lengths lq / lk (Sq, Sk are their maxima)
+    int lq[4], lk[4];
+    int padded;              // q, k, v rows strided by H (D + 16) instead of H D
+    float dq, dk, dv;        // descales (0 = default 1)
+} fcase;
+
+static void case_name(char *s, size_t n, const char *be, const fcase *c) {
+    int k = snprintf(s, n, "fwd %s e4m3 B=%d H=%d/%d Sq=%d Sk=%d D=%d", be, c->B, c->H, c->Hkv, c->Sq, c->Sk, c->D);
+    if (c->causal) k += snprintf(s + k, n - k, " causal");
+    if (c->win) k += snprintf(s + k, n - k, " window=(%d,%d)", c->wl, c->wr);
+    if (c->softcap > 0) k += snprintf(s + k, n - k, " softcap=%g", c->softcap);
+    if (c->alibi) k += snprintf(s + k, n - k, " alibi");
+    if (c->varlen) k += snprintf(s + k, n - k, " varlen");
+    if (c->padded) k += snprintf(s + k, n - k, " padded");
+    snprintf(s + k, n - k, " descale=(%g,%g,%g)", c->dq, c->dk, c->dv);
+}
+
+// ------------------------------------------------------------------------------------------------
+// one case's data: e4m3 codes, the desc, the fp64 reference and the naive fp8 yardstick
+
+typedef struct fdata {
+    flashc_attn_desc d;          // host pointers (cu_seqlens, alibi)
+    int32_t cu_q[5], cu_k[5];
+    float slopes[8];
+    int64_t tq, tk;              // rows of q / k
+    int64_t nq, nk, no;          // elements of q, k / v (with padding), o
+    uint8_t *q, *k, *v;          // e4m3 codes
+    double *ref_o, *ref_lse;     // (rows, H, D), (H, total_q) or (B, H, Sq)
+    float *nv_o;                 // naive, bf16-rounded
+    double *lse_tol;             // per LSE entry
+} fdata;
+
+static float e4m3_rand(tc_rng *r, double amp) { return flashc__e4m3_to_f32(flashc__f32_to_e4m3((float)(amp * tc_normal(r)))); }
+
+// the keys query i of a sequence (sq, sk) sees, bottom-right aligned (include/flashc.h)
+static int sees(const flashc_attn_desc *d, int i, int j, int sq, int sk) {
+    const int64_t diag = (int64_t)i + sk - sq;
+    const int wl = d->use_window ? d->window_left : -1, wr = d->causal ? 0 : d->use_window ? d->window_right : -1;
+    return (wl < 0 || j >= diag - wl) && (wr < 0 || j <= diag + wr);
+}
+
+static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
+    memset(F, 0, sizeof *F);
+    flashc_attn_desc *d = &F->d;
+    d->batch = c->B, d->heads = c->H, d->heads_kv = c->Hkv, d->head_dim = c->D, d->dtype = FLASHC_DTYPE_E4M3;
+    d->seqlen_q = c->Sq, d->seqlen_k = c->Sk, d->causal = c->causal;
+    d->use_window = c->win, d->window_left = c->wl, d->window_right = c->wr;
+    d->softcap = c->softcap;
+    d->q_descale = c->dq, d->k_descale = c->dk, d->v_descale = c->dv;
+    if (c->alibi) {
+        for (int h = 0; h < c->H; h++) F->slopes[h] = 0.5f / (float)(h + 1);
+        d->alibi_slopes = F->slopes;
+    }
+    if (c->varlen) {
+        for (int b = 0; b < c->B; b++) F->cu_q[b + 1] = F->cu_q[b] + c->lq[b], F->cu_k[b + 1] = F->cu_k[b] + c->lk[b];
+        d->cu_seqlens_q = F->cu_q, d->cu_seqlens_k = F->cu_k;
+        F->tq = F->cu_q[c->B], F->tk = F->cu_k[c->B];
+    } else {
+        F->tq = (int64_t)c->B * c->Sq, F->tk = (int64_t)c->B * c->Sk;
+    }
+    const int64_t rq = (int64_t)c->H * (c->D + (c->padded ? 16 : 0)), rk = (int64_t)c->Hkv * (c->D + (c->padded ? 16 : 0));
+    const int64_t hq = c->D + (c->padded ? 16 : 0);
+    if (c->padded) {
+        const int64_t sq[3] = {(int64_t)c->Sq * rq, rq, hq}, sk[3] = {(int64_t)c->Sk * rk, rk, hq};
+        memcpy(d->q_stride, sq, sizeof sq), memcpy(d->k_stride, sk, sizeof sk), memcpy(d->v_stride, sk, sizeof sk);
+    }
+    flashc_fill_contiguous_strides(d);
+    F->nq = F->tq * rq, F->nk = F->tk * rk, F->no = F->tq * c->H * c->D;
+    F->q = tc_alloc((size_t)F->nq + 1), F->k = tc_alloc((size_t)F->nk + 1), F->v = tc_alloc((size_t)F->nk + 1);
+    for (int64_t i = 0; i < F->nq; i++) F->q[i] = flashc__f32_to_e4m3(e4m3_rand(rng, 3.0));
+    for (int64_t i = 0; i < F->nk; i++) F->k[i] = flashc__f32_to_e4m3(e4m3_rand(rng, 3.0));
+    for (int64_t i = 0; i < F->nk; i++) F->v[i] = flashc__f32_to_e4m3(e4m3_rand(rng, 2.0));
+
+    // the reference: flashc__ref_fwd_f64 on the decoded codes times their descales
+    flashc_ctx *ref = NULL;
+    flashc_problem p;
+    if (flashc_ctx_create(&ref, FLASHC_BACKEND_REF, 1) != FLASHC_OK || flashc__resolve(ref, d, &p, FLASHC__FOR_FWD) != FLASHC_OK) {
+        fprintf(stderr, "test_fp8: cannot resolve the case on the ref backend: %s\n", ref ? flashc_ctx_last_error(ref) : "");
+        exit(2);
+    }
+    double *q = tc_alloc(sizeof(double) * (size_t)F->nq), *k = tc_alloc(sizeof(double) * (size_t)F->nk);
+    double *v = tc_alloc(sizeof(double) * (size_t)F->nk);
+    for (int64_t i = 0; i < F->nq; i++) q[i] = (double)flashc__e4m3_to_f32(F->q[i]) * p.q_descale;
+    for (int64_t i = 0; i < F->nk; i++) k[i] = (double)flashc__e4m3_to_f32(F->k[i]) * p.k_descale;
+    for (int64_t i = 0; i < F->nk; i++) v[i] = (double)flashc__e4m3_to_f32(F->v[i]) * p.v_descale;
+    const int64_t n_lse = (int64_t)c->H * F->tq;
+    F->ref_o = tc_alloc(sizeof(double) * (size_t)F->no), F->ref_lse = tc_alloc(sizeof(double) * (size_t)n_lse);
+    F->nv_o = tc_alloc(sizeof(float) * (size_t)F->no), F->lse_tol = tc_alloc(sizeof(double) * (size_t)n_lse);
+    flashc__ref_fwd_f64(&p, q, k, v, F->ref_o, F->ref_lse);
+
+    // the naive fp8 attention, row by row, and the LSE tolerance
+    float *s = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *pr = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
+    for (int b = 0; b < c->B; b++) {
+        const flashc_seq sb = flashc__seq(&p, b);
+        for (int h = 0; h < c->H; h++) {
+            const int hk = h / (c->H / c->Hkv);
+            for (int i = 0; i < sb.sq; i++) {
+                const int64_t qo = flashc__row_off(&p, p.q_stride, b, sb.q_row0, i) + h * p.q_stride[2];
+                const int64_t oo = (sb.q_row0 + (c->varlen ? 0 : (int64_t)b * c->Sq) + i) * c->H * c->D + (int64_t)h * c->D;
+                const int64_t lo = c->varlen ? (int64_t)h * F->tq + sb.q_row0 + i : ((int64_t)b * c->H + h) * c->Sq + i;
+                float m = -INFINITY;
+                double smax = 0;
+                for (int j = 0; j < sb.sk; j++) {
+                    const int64_t ko = flashc__row_off(&p, p.k_stride, b, sb.k_row0, j) + hk * p.k_stride[2];
+                    float acc = 0.f, aabs = 0.f;
+                    for (int e = 0; e < c->D; e++) {
+                        const float x = flashc__e4m3_to_f32(F->q[qo + e]) * flashc__e4m3_to_f32(F->k[ko + e]);
+                        acc += x, aabs += fabsf(x);
+                    }
+                    float sc = acc * p.scale * p.q_descale * p.k_descale;
+                    if (c->softcap > 0) sc = c->softcap * tanhf(sc / c->softcap);
+                    if (c->alibi) sc -= F->slopes[h] * fabsf((float)((int64_t)i + sb.sk - sb.sq - j));
+                    s[j] = sees(d, i, j, sb.sq, sb.sk) ? sc : -INFINITY;
+                    if (s[j] > m) m = s[j];
+                    if (s[j] > -INFINITY) smax = fmax(smax, (double)aabs * p.scale * p.q_descale * p.k_descale);
+                }
+                float l = 0.f;
+                for (int j = 0; j < sb.sk; j++) {
+                    const float e = m == -INFINITY ? 0.f : expf(s[j] - m);
+                    l += e;
+                    pr[j] = flashc__e4m3_to_f32(flashc__f32_to_e4m3(e));
+                }
+                for (int e = 0; e < c->D; e++) {
+                    float acc = 0.f;
+                    for (int j = 0; j < sb.sk; j++) {
+                        const int64_t vo = flashc__row_off(&p, p.v_stride, b, sb.k_row0, j) + hk * p.v_stride[2];
+                        acc += pr[j] * flashc__e4m3_to_f32(F->v[vo + e]);
+                    }
+                    F->nv_o[oo + e] = l > 0 ? tc_round(acc * p.v_descale / l, FLASHC_DTYPE_BF16) : 0.f;
+                }
+                F->lse_tol[lo] = 1e-5 + FP8_LSE_REL * smax;
+            }
+        }
+    }
+    free(s), free(pr), free(q), free(k), free(v);
+    flashc_ctx_free(ref);
+}
+
+static void fdata_free(fdata *F) {
+    free(F->q), free(F->k), free(F->v), free(F->ref_o), free(F->ref_lse), free(F->nv_o), free(F->lse_tol);
+}
+
+// ------------------------------------------------------------------------------------------------
+// a backend's run of one case: device copies, poisoned outputs, the checks
+
+static void *dev_put(flashc_ctx *ctx, const void *host, size_t bytes) {
+    if (!ctx->ops->ws_alloc) return (void *)host;
+    void *dev = ctx->ops->ws_alloc(ctx, bytes ? bytes : 64);
+    if (dev && bytes && ctx->ops->copy(ctx, dev, host, bytes, 1) != FLASHC_OK) return NULL;
+    return dev;
+}
+
+static void dev_get(flashc_ctx *ctx, void *host, const void *dev, size_t bytes) {
+    if (ctx->ops->ws_alloc) ctx->ops->copy(ctx, host, dev, bytes, 0);
+    else if (host != dev) memcpy(host, dev, bytes);
+}
+
+static void dev_free(flashc_ctx *ctx, void *dev, const void *host) {
+    if (dev && dev != host && ctx->ops->ws_free) ctx->ops->ws_free(ctx, dev);
+}
+
+static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdata *F) {
+    char name[256];
+    case_name(name, sizeof name, be, c);
+    tc_running(name);
+    const int64_t n_lse = (int64_t)c->H * F->tq;
+    uint16_t *o = tc_alloc(2 * (size_t)F->no);
+    float *lse = tc_alloc(sizeof(float) * (size_t)n_lse);
+    for (int64_t i = 0; i < F->no; i++) o[i] = 0x7fda; // bf16 NaN
+    for (int64_t i = 0; i < n_lse; i++) lse[i] = NAN;
+    flashc_attn_desc d = F->d;
+    void *dq = dev_put(ctx, F->q, (size_t)F->nq), *dk = dev_put(ctx, F->k, (size_t)F->nk), *dv = dev_put(ctx, F->v, (size_t)F->nk);
+    void *dO = dev_put(ctx, o, 2 * (size_t)F->no), *dl = dev_put(ctx, lse, sizeof(float) * (size_t)n_lse);
+    void *dcq = NULL, *dck = NULL, *dsl = NULL;
+    if (c->varlen) d.cu_seqlens_q = dcq = dev_put(ctx, F->cu_q, sizeof F->cu_q), d.cu_seqlens_k = dck = dev_put(ctx, F->cu_k, sizeof F->cu_k);
+    if (c->alibi) d.alibi_slopes = dsl = dev_put(ctx, F->slopes, sizeof F->slopes);
+    flashc_status st = flashc_fwd(ctx, &d, dq, dk, dv, dO, dl, NULL, 0, NULL);
+    if (st != FLASHC_OK) {
+        tc_fail("%s: flashc_fwd = %s: %s", name, flashc_status_string(st), flashc_ctx_last_error(ctx));
+    } else {
+        dev_get(ctx, o, dO, 2 * (size_t)F->no);
+        dev_get(ctx, lse, dl, sizeof(float) * (size_t)n_lse);
+        double err = 0, nerr = 0;
+        int64_t n_nan = 0, worst = 0, n_dead = 0, n_lse_bad = 0, worst_lse = -1;
+        for (int64_t i = 0; i < F->no; i++) {
+            const double x = flashc__bf16_to_f32(o[i]);
+            if (x != x) { n_nan++; continue; }
+            const double e = fabs(x - F->ref_o[i]);
+            if (e > err) err = e, worst = i;
+            nerr = fmax(nerr, fabs(F->nv_o[i] - F->ref_o[i]));
+        }
+        for (int64_t i = 0; i < n_lse; i++) {
+            const double x = lse[i], r = F->ref_lse[i];
+            if (isinf(r)) { // a row that sees no key: O exactly 0 (checked below), LSE +inf
+                if (!(isinf(x) && x > 0)) n_dead++;
+                continue;
+            }
+            const double e = fabs(x - r);
+            if (!(e <= F->lse_tol[i])) {
+                n_lse_bad++;
+                if (worst_lse < 0) worst_lse = i;
+            }
+        }
+        for (int64_t r = 0; r < F->tq; r++) // rows that see no key: O exactly 0 (+0 or -0)
+            for (int h = 0; h < c->H; h++) {
+                const int64_t li = c->varlen ? h * F->tq + r : ((r / c->Sq) * c->H + h) * c->Sq + r % c->Sq;
+                if (!isinf(F->ref_lse[li])) continue;
+                for (int e = 0; e < c->D; e++)
+                    if (o[(r * c->H + h) * c->D + e] & 0x7fff) n_dead++;
+            }
+        const double bound = FP8_O_FACTOR * nerr + FP8_SLACK;
+        if (n_nan || n_dead || n_lse_bad || !(err <= bound))
+            tc_fail("%s: O max err %.3e (bound %.3e = 2 x naive %.3e + 1e-5) at %lld, %lld unwritten, %lld no-key rows "
+                    "wrong, %lld LSE beyond tolerance (first at %lld: %.6f vs ref %.6f, tol %.2e)", name, err, bound, nerr,
+                    (long long)worst, (long long)n_nan, (long long)n_dead, (long long)n_lse_bad, (long long)worst_lse,
+                    worst_lse >= 0 ? lse[worst_lse] : 0.0, worst_lse >= 0 ? F->ref_lse[worst_lse] : 0.0,
+                    worst_lse >= 0 ? F->lse_tol[worst_lse] : 0.0);
+        else
+            tc_pass("%s: O max err %.3e (naive %.3e, ratio %.2f)", name, err, nerr, nerr > 0 ? err / nerr : 0.0);
+    }
+    dev_free(ctx, dq, F->q), dev_free(ctx, dk, F->k), dev_free(ctx, dv, F->v), dev_free(ctx, dO, o), dev_free(ctx, dl, lse);
+    dev_free(ctx, dcq, F->cu_q), dev_free(ctx, dck, F->cu_k), dev_free(ctx, dsl, F->slopes);
+    free(o), free(lse);
+}
+
+// ------------------------------------------------------------------------------------------------
+// the cases: awkward sizes, GQA, every mask and score option, varlen with empty sequences, rows
+// that see no key, padded strides, descales other than 1; head dims 16 .. 256 (the kernels are
+// compiled for 128 and 256: smaller dims run zero-padded)
+
+static const fcase CASES[] = {
+    // B H Hkv  Sq    Sk    D  causal win wl wr softcap alibi varlen lq lk padded dq dk dv
+    {1, 1, 1, 1, 1, 128, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0, 0, 0},
+    {1, 1, 1, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0.5f, 2.f, 1.f},
+    {1, 2, 1, 17, 15, 64, 1, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0, 0, 0}, // causal, Sq > Sk: rows 0, 1 see no key
+    {2, 4, 2, 127, 129, 128, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0.25f, 0.5f, 2.f},
+    {1, 3, 1, 129, 127, 96, 1, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0, 0, 0},
+    {2, 2, 2, 256, 1000, 256, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 1.f, 0.125f, 4.f},
+    {1, 2, 1, 100, 100, 208, 1, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0, 0, 0},
+    {1, 8, 2, 1024, 1024, 128, 1, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0.5f, 0.5f, 0.5f},
+    {1, 2, 2, 300, 300, 128, 0, 1, 64, 16, 0, 0, 0, {0}, {0}, 0, 0, 0, 0},
+    {1, 4, 4, 200, 333, 128, 0, 0, 0, 0, 3.f, 0, 0, {0}, {0}, 0, 0, 0, 0},
+    {1, 4, 2, 200, 200, 64, 1, 0, 0, 0, 0, 1, 0, {0}, {0}, 0, 0, 0, 0},
+    {3, 4, 2, 129, 200, 128, 1, 0, 0, 0, 0, 0, 1, {17, 0, 129}, {15, 200, 64}, 0, 0, 0, 0},
+    {2, 2, 1, 65, 190, 128, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 1, 0, 0, 0},
+    {1, 2, 1, 2048, 2048, 128, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 2.f, 0.25f, 0.5f},
+    {1, 2, 1, 700, 1500, 256, 1, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0, 0, 0},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+// ------------------------------------------------------------------------------------------------
+// the codec, the validation, the reference's e4m3 path
+
+static void check_codec(void) {
+    int bad = 0;
+    for (int x = 0; x < 256; x++) { // every code decodes and encodes back (NaN aside)
+        const float f = flashc__e4m3_to_f32((uint8_t)x);
+        if (f == f && flashc__f32_to_e4m3(f) != x) bad++;
+    }
+    for (int x = 0; x < 126; x++) { // midpoints round to even, above them up; 448 is the largest
+        const float a = flashc__e4m3_to_f32((uint8_t)x), b = flashc__e4m3_to_f32((uint8_t)(x + 1));
+        if (flashc__f32_to_e4m3(0.5f * (a + b)) != ((x & 1) ? x + 1 : x)) bad++;
+        if (flashc__f32_to_e4m3(a + 0.51f * (b - a)) != x + 1) bad++;
+    }
+    if (flashc__e4m3_to_f32(0x7e) != 448.f || flashc__f32_to_e4m3(1e6f) != 0x7e || flashc__f32_to_e4m3(-1e6f) != 0xfe) bad++;
+    if (bad) tc_fail("e4m3 codec: %d wrong", bad);
+    else tc_pass("e4m3 codec: 254 codes round-trip, ties to even, saturation at 448");
+}
+
+static void expect(flashc_status got, flashc_status want, const char *name, flashc_ctx *ctx, const char *what) {
+    const char *msg = flashc_ctx_last_error(ctx);
+    if (got == want && (want == FLASHC_OK || tc_names(msg, name))) tc_pass("validation: %s", what);
+    else tc_fail("validation: %s: got %s \"%s\", want %s naming %s", what, flashc_status_string(got), msg,
+                 flashc_status_string(want), name);
+}
+
+static void check_validation(void) {
+    flashc_ctx *ref = NULL, *cpu = NULL;
+    if (flashc_ctx_create(&ref, FLASHC_BACKEND_REF, 1) != FLASHC_OK || flashc_ctx_create(&cpu, FLASHC_BACKEND_CPU, 1) != FLASHC_OK) {
+        tc_fail("validation: cannot create the ref / cpu contexts");
+        return;
+    }
+    enum { B = 1, S = 8, H = 2, D = 16 };
+    uint8_t q[B * S * H * D] = {0}, k[B * S * H * D] = {0}, v[B * S * H * D] = {0};
+    uint16_t o[B * S * H * D], g[B * S * H * D];
+    float lse[B * H * S];
+    flashc_attn_desc d0 = {0};
+    d0.batch = B, d0.seqlen_q = S, d0.seqlen_k = S, d0.heads = H, d0.heads_kv = H, d0.head_dim = D;
+    d0.dtype = FLASHC_DTYPE_E4M3;
+    flashc_attn_desc d = d0;
+    expect(flashc_supports(ref, &d), FLASHC_OK, "", ref, "ref supports an e4m3 forward");
+    expect(flashc_fwd(ref, &d, q, k, v, o, lse, NULL, 0, NULL), FLASHC_OK, "", ref, "ref runs an e4m3 forward");
+    d.q_descale = -1.f;
+    expect(flashc_fwd(ref, &d, q, k, v, o, lse, NULL, 0, NULL), FLASHC_ERR_INVALID_ARG, "q_descale", ref, "q_descale < 0");
+    d = d0, d.k_descale = NAN;
+    expect(flashc_fwd(ref, &d, q, k, v, o, lse, NULL, 0, NULL), FLASHC_ERR_INVALID_ARG, "k_descale", ref, "k_descale NaN");
+    d = d0, d.dtype = FLASHC_DTYPE_BF16, d.v_descale = 2.f;
+    expect(flashc_fwd(ref, &d, q, k, v, o, lse, NULL, 0, NULL), FLASHC_ERR_INVALID_ARG, "v_descale", ref,
+           "a descale with a bf16 problem");
+    d = d0, d.reserved32 = 1;
+    expect(flashc_fwd(ref, &d, q, k, v, o, lse, NULL, 0, NULL), FLASHC_ERR_INVALID_ARG, "reserved32", ref, "reserved32 != 0");
+    d = d0;
+    expect(flashc_bwd(ref, &d, q, k, v, o, lse, o, g, g + 1, g + 2, NULL, 0, NULL), FLASHC_ERR_UNSUPPORTED, "dtype", ref,
+           "an e4m3 backward");
+    expect(flashc_fwd(cpu, &d, q, k, v, o, lse, NULL, 0, NULL), FLASHC_ERR_UNSUPPORTED, "dtype", cpu, "the cpu backend");
+    flashc_kvcache_desc kv = {0};
+    expect(flashc_fwd_kvcache(ref, &d, &kv, q, k, v, NULL, NULL, o, lse, NULL, 0, NULL), FLASHC_ERR_UNSUPPORTED, "dtype",
+           ref, "an e4m3 KV cache");
+    flashc_ctx_free(ref), flashc_ctx_free(cpu);
+}
+
+// The ref backend's e4m3 path (decode, descale, bf16 out) against its f32 path on the decoded,
+// descaled values: O within bf16 rounding, LSE within fp32 rounding.
+static void check_ref_path(const fcase *c, const fdata *F) {
+    char name[256];
+    case_name(name, sizeof name, "ref-vs-f32", c);
+    flashc_ctx *ref = NULL;
+    if (flashc_ctx_create(&ref, FLASHC_BACKEND_REF, 1) != FLASHC_OK) return tc_fail("%s: no ref ctx", name);
+    const int64_t n_lse = (int64_t)c->H * F->tq;
+    float *q = tc_alloc(4 * (size_t)F->nq), *k = tc_alloc(4 * (size_t)F->nk), *v = tc_alloc(4 * (size_t)F->nk);
+    float *o32 = tc_alloc(4 * (size_t)F->no), *l32 = tc_alloc(4 * (size_t)n_lse), *l8 = tc_alloc(4 * (size_t)n_lse);
+    uint16_t *o8 = tc_alloc(2 * (size_t)F->no);
+    const float dq = c->dq ? c->dq : 1.f, dk = c->dk ? c->dk : 1.f, dv = c->dv ? c->dv : 1.f;
+    for (int64_t i = 0; i < F->nq; i++) q[i] = flashc__e4m3_to_f32(F->q[i]) * dq;
+    for (int64_t i = 0; i < F->nk; i++) k[i] = flashc__e4m3_to_f32(F->k[i]) * dk, v[i] = flashc__e4m3_to_f32(F->v[i]) * dv;
+    flashc_attn_desc d32 = F->d;
+    d32.dtype = FLASHC_DTYPE_F32, d32.q_descale = d32.k_descale = d32.v_descale = 0;
+    memset(d32.o_stride, 0, sizeof d32.o_stride);
+    flashc_status s1 = flashc_fwd(ref, &F->d, F->q, F->k, F->v, o8, l8, NULL, 0, NULL);
+    flashc_status s2 = flashc_fwd(ref, &d32, q, k, v, o32, l32, NULL, 0, NULL);
+    double worst = 0, worst_l = 0;
+    for (int64_t i = 0; i < F->no; i++)
+        worst = fmax(worst, fabs(flashc__bf16_to_f32(o8[i]) - o32[i]) / (0x1p-8 * fabs(o32[i]) + 1e-30));
+    for (int64_t i = 0; i < n_lse; i++)
+        if (!(isinf(l8[i]) && isinf(l32[i]))) worst_l = fmax(worst_l, fabs(l8[i] - l32[i]) / (1e-6 * (1 + fabs(l32[i]))));
+    if (s1 != FLASHC_OK || s2 != FLASHC_OK || !(worst <= 1.0) || !(worst_l <= 1.0))
+        tc_fail("%s: status %s / %s, O %.2f x bf16 rounding, LSE %.2f x 1e-6", name, flashc_status_string(s1),
+                flashc_status_string(s2), worst, worst_l);
+    else
+        tc_pass("%s", name);
+    free(q), free(k), free(v), free(o32), free(l32), free(l8), free(o8);
+    flashc_ctx_free(ref);
+}
+
+int main(int argc, char **argv) {
+    const char *backend = NULL;
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v")) tc_verbose = 1;
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else {
+            fprintf(stderr, "usage: %s [--backend cuda|ref] [--seed N] [-v]\n", argv[0]);
+            return 2;
+        }
+    }
+    tc_catch_crashes();
+    check_codec();
+    check_validation();
+
+    flashc_ctx *ctx = NULL;
+    const char *be = backend ? backend : "cuda";
+    flashc_status st = flashc_ctx_create(&ctx, strcmp(be, "ref") ? FLASHC_BACKEND_CUDA : FLASHC_BACKEND_REF, 0);
+    if (st != FLASHC_OK) {
+        printf("%s: skipped (%s)\n", be, flashc__cuda_device_present ? "no device" : "not compiled in");
+        ctx = NULL;
+    }
+    for (int ci = 0; ci < N_CASES; ci++) {
+        tc_rng rng = tc_rng_make(seed, (uint64_t)ci);
+        fdata F;
+        const double cost = (double)CASES[ci].B * CASES[ci].H * CASES[ci].Sq * CASES[ci].Sk * CASES[ci].D;
+        if (!ctx && cost >= 4e7) continue; // nothing to check it against but the (slow) reference itself
+        fdata_build(&F, &CASES[ci], &rng);
+        if (cost < 4e7) check_ref_path(&CASES[ci], &F); // the fp32 copy through the ref is slow
+        if (ctx) run_case(ctx, be, &CASES[ci], &F);
+        fdata_free(&F);
+    }
+    flashc_ctx_free(ctx);
+    return tc_summary("test_fp8");
+}
