@@ -3,7 +3,8 @@
 #   1. build: make -j (nvcc found => the CUDA backend is in), plus build/test_flashc
 #   2. the whole C test sweep on the CUDA backend against the fp64 reference
 #      (build/test_flashc --backend cuda: O, LSE, dQ, dK, dV, masks, GQA, varlen, strides, determinism)
-#      and the KV-cache / merge tests (build/test_kvcache --backend cuda: paged, splits, rotary)
+#      and the KV-cache / merge tests (build/test_kvcache --backend cuda: paged, splits, rotary) and
+#      the e4m3 forward (build/test_fp8 --backend cuda)
 #   3. the Python tests on the GPU (FLASHC_REQUIRE_CUDA=1 pytest python/tests, or PYTEST_ARGS)
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
 #      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
@@ -32,7 +33,7 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -e "$BUILD/libflashc.so" ]; then
     start=$(date +%s)
-    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" "$BUILD/test_kvcache" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
+    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" "$BUILD/test_kvcache" "$BUILD/test_fp8" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
     note "build: ok in $(( $(date +%s) - start )) s ($(grep -c 'nvcc' "$LOG/build.log") nvcc calls; log build.log)"
 fi
 
@@ -54,6 +55,11 @@ if want test; then
     t=$?
     [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/kvcache.log" | head -20
     note "test_kvcache (cuda): $(tail -1 "$LOG/kvcache.log") [exit $t, $(( $(date +%s) - start )) s; log kvcache.log]"
+    start=$(date +%s)
+    timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_fp8" --backend cuda >"$LOG/fp8.log" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/fp8.log" | head -20
+    note "test_fp8 (cuda): $(tail -1 "$LOG/fp8.log") [exit $t, $(( $(date +%s) - start )) s; log fp8.log]"
 fi
 
 if want python; then

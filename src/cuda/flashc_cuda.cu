@@ -113,6 +113,9 @@ static int bwd_smem(int Dp) {
     return a > b ? a : b;
 }
 
+// The e4m3 kernels are compiled for head dim 128 and 256 (FP8_FWD_DIMS in gen_inst.py).
+static int fp8_head_dim(int D) { return D <= 128 ? 128 : 256; }
+
 // The tile table is tuned for Hopper (227 KB of shared memory per block). On a device with less
 // (A100: 163 KB) the kernels that do not fit are refused here rather than failing at launch.
 static flashc_status smem_fits(flashc_ctx *ctx, int D, int need, const char *dir) {
@@ -128,8 +131,18 @@ static flashc_status smem_fits(flashc_ctx *ctx, int D, int need, const char *dir
 // (larger) shared memory is checked by cuda_bwd, so a device that can run only the forward of a
 // head dim still runs it.
 static flashc_status cuda_supports(flashc_ctx *ctx, const flashc_problem *p) {
+    if (p->dtype == FLASHC_DTYPE_E4M3) { // the wgmma kernel only (flashc.c has refused the backward)
+        const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+        if (!pv->sm90)
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "dtype = E4M3: fp8 needs a compute capability 9.0 device "
+                                "(this one is %d.%d, or FLASHC_CUDA_SM90=0)", pv->cc_major, pv->cc_minor);
+        if (p->D % 16 != 0 || p->D > 256)
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "head_dim = %d: E4M3 takes multiples of 16 up to 256", p->D);
+        if (p->block_table) return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: E4M3 has no paged K/V path");
+        return smem_fits(ctx, p->D, flashc_cuda_fwd_sm90_smem(fp8_head_dim(p->D), true), "fp8 forward");
+    }
     if (p->dtype != FLASHC_DTYPE_F16 && p->dtype != FLASHC_DTYPE_BF16)
-        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "dtype = %d: the cuda backend takes F16 or BF16", (int)p->dtype);
+        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "dtype = %d: the cuda backend takes F16, BF16 or E4M3", (int)p->dtype);
     if (p->D % 8 != 0 || p->D > 256)
         return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
                             "head_dim = %d: the cuda backend takes multiples of 8 up to 256", p->D);
@@ -146,6 +159,8 @@ static int clamp_window(int w, int len) { return w < 0 || w >= len ? -1 : w; }
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
 
 static int strides8(const int64_t st[3]) { return st[0] % 8 == 0 && st[1] % 8 == 0 && st[2] % 8 == 0; }
+
+static int strides16(const int64_t st[3]) { return st[0] % 16 == 0 && st[1] % 16 == 0 && st[2] % 16 == 0; }
 
 static void attn_from_problem(flashc_cuda_attn *a, const flashc_problem *p) {
     memset(a, 0, sizeof *a);
@@ -165,8 +180,8 @@ static void attn_from_problem(flashc_cuda_attn *a, const flashc_problem *p) {
     // a window of at least the sequence length is no window (and keeps i + sk - sq + w small)
     a->window_left = clamp_window(p->window_left, p->Sk);
     a->window_right = clamp_window(p->window_right, p->Sq);
-    a->scale = p->scale;
-    a->scale_log2 = p->scale * FLASHC_LOG2E;
+    a->scale = p->scale * p->q_descale * p->k_descale; // E4M3: the true q.k is the codes' times both
+    a->scale_log2 = a->scale * FLASHC_LOG2E;
     a->softcap = p->softcap;
     a->inv_softcap = p->softcap > 0.f ? 1.f / p->softcap : 0.f;
     a->transform = p->softcap > 0.f || p->alibi_slopes != NULL;
@@ -211,6 +226,8 @@ static fwd_launch_fn fwd_launcher(flashc_dtype t, int Dp) {
 }
 
 static fwd_launch_fn fwd_sm90_launcher(flashc_dtype t, int Dp) {
+    if (t == FLASHC_DTYPE_E4M3)
+        return Dp == 128 ? flashc_cuda_fwd_sm90_launch<__nv_fp8_e4m3, 128> : flashc_cuda_fwd_sm90_launch<__nv_fp8_e4m3, 256>;
     if (t == FLASHC_DTYPE_BF16)
         return Dp == 64 ? flashc_cuda_fwd_sm90_launch<__nv_bfloat16, 64>
              : Dp == 128 ? flashc_cuda_fwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_fwd_sm90_launch<__nv_bfloat16, 256>;
@@ -234,10 +251,15 @@ static bwd_launch_fn bwd_sm90_launcher(flashc_dtype t, int Dp) {
     return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
 }
 
+// E4M3 only: V^T, rows (kv head, dim) of fp8_vt_cols bytes (flashc_sm90_fwd.cuh, fp8_vt_col0).
+static int64_t fp8_vt_cols(const flashc_problem *p) {
+    const int64_t keys = p->varlen ? p->cu_k_host[p->B] : (int64_t)p->B * p->Sk;
+    return (keys + 31) / 32 * 32 + 64LL * p->B;
+}
+
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     (void)ctx;
-    (void)p;
-    return 0;
+    return p->dtype == FLASHC_DTYPE_E4M3 ? (size_t)p->H_kv * p->D * fp8_vt_cols(p) : 0;
 }
 
 static flashc_status finish(flashc_ctx *ctx, cudaStream_t stream) {
@@ -261,11 +283,19 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     SET_STRIDES(P, o, p->o_stride);
     P.a.aligned = aligned16(a->q) && aligned16(a->k) && aligned16(a->v) && aligned16(a->o) && strides8(p->q_stride) &&
                   strides8(p->k_stride) && strides8(p->v_stride) && strides8(p->o_stride);
+    P.o_scale = p->v_descale;
+    if (p->dtype == FLASHC_DTYPE_E4M3) { // 16-byte loads of 1-byte elements, and the V^T workspace
+        if (!P.a.aligned || !strides16(p->q_stride) || !strides16(p->k_stride) || !strides16(p->v_stride))
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "q, k, v, o: E4M3 needs 16-byte aligned tensors, q/k/v "
+                                "strides multiples of 16 and o strides multiples of 8 elements");
+        P.vt = (uint8_t *)a->ws;
+        P.vt_cols = fp8_vt_cols(p);
+    }
     cudaStream_t stream = (cudaStream_t)a->stream;
     // The wgmma kernel loads with 16-byte cp.async only; unaligned tensors take the mma.sync kernel.
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
-    const int Dp = padded_head_dim(p->D);
-    const int sm90 = pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin;
+    const int Dp = p->dtype == FLASHC_DTYPE_E4M3 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
+    const int sm90 = p->dtype == FLASHC_DTYPE_E4M3 || (pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin);
     P.sm90_pp = pv->sm90_pp;
     FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
     if (p->varlen && p->cu_q_host[0] > 0)

@@ -14,6 +14,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -57,6 +58,9 @@ typedef struct flashc_fwd_params {
     int n_m_blocks;                 // ceil(Sq / BM) query blocks per (batch, head)
     int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
     int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong (FLASHC_CUDA_SM90)
+    float o_scale;                  // O_i is multiplied by it at the end: v_descale for E4M3, else 1
+    uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, fp8_vt_kernel)
+    int64_t vt_cols;                // E4M3: its row stride in bytes
 } flashc_fwd_params;
 
 // Backward. Tensors as in the forward; dout like o, dq like q, dk/dv like k/v.

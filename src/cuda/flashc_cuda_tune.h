@@ -43,8 +43,15 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // and 168 with 3; smem Q + 2 * stages K/V tiles <= 227 KB (D = 256, bn = 80, 2 stages: 225 KB).
 // Measured by dev/cuda/fwd90_lab.cu on the H200 (2026-11-29), bf16, S = 4096, B * S = 16k, hidden
 // 2048, TFLOP/s non-causal / causal (noise ~3%); "s3" = 3 stages, "pp" = ping-pong:
-static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D) {
-    return D <= 64 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}   //  64: 313/288; 2x192 s3 pp 313/287,
+// e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
+// 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T). H200, dev/cuda/bench_fp8.py,
+// D = 128 non-causal S = 4096 / 8192: ping-pong 588 / 633 TFLOP/s, lockstep 538 / 574 (bf16 in the
+// same runs 465 / 484 and 399 / 413). D = 256 keeps the bf16 row's lockstep loop; at bn = 128 it
+// spills 28-32 bytes (ptxas), a smaller bn would need the 64-byte swizzle for V^T. Not tuned further.
+static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false) {
+    return fp8 ? (D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}
+                           : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 0})
+         : D <= 64 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}   //  64: 313/288; 2x192 s3 pp 313/287,
                                                                      //      3x128 s2 312/270 (spills), 2x128 s3 281/260
          : D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}  // 128: 460/419; 2x128 s3 389/358,
                                                                      //      2x128 s2 pp 353/355, 2x176 s2 371/336, 2x64 s4 pp 378/348
@@ -70,8 +77,11 @@ static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
 }
 
-static constexpr int flashc_cuda_fwd_sm90_smem(int D) { // + 1024: manual 1024-byte alignment, + 64: mbarriers
-    return 1024 + (flashc_cuda_tune_fwd_sm90(D).bm + 2 * flashc_cuda_tune_fwd_sm90(D).stages * flashc_cuda_tune_fwd_sm90(D).bn) * D * 2 + 64;
+// + 1024: manual 1024-byte alignment, + 64: mbarriers; the Q region is 2 bytes per element for
+// every input type (it stages the bf16/f16 O_i)
+static constexpr int flashc_cuda_fwd_sm90_smem(int D, bool fp8 = false) {
+    return 1024 + flashc_cuda_tune_fwd_sm90(D, fp8).bm * D * 2 +
+           2 * flashc_cuda_tune_fwd_sm90(D, fp8).stages * flashc_cuda_tune_fwd_sm90(D, fp8).bn * D * (fp8 ? 1 : 2) + 64;
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {

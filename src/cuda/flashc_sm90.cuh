@@ -126,7 +126,8 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
 template <typename T, int N>
 static __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int scale_d);
 
-// A from 4 registers (the accumulator layout of a 64 x 16 tile, HOPPER-NOTES 1.7), B MN-major.
+// A from 4 registers (the accumulator layout of a 64 x 16 tile, HOPPER-NOTES 1.7), B MN-major;
+// for e4m3 (k32): A of a 64 x 32 tile (4 consecutive k per register), B K-major.
 template <typename T, int N>
 static __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int scale_d);
 

@@ -18,6 +18,9 @@
 // issued into the buffers whose last readers (S_t-1, PV_t-2) every warpgroup has already waited
 // for. CTAs run in groups of p.bh_chunk (batch, head)s, heaviest query blocks first inside a
 // group, so that the K/V a group streams stays in L2 (the host sizes the group).
+// e4m3 inputs (T = __nv_fp8_e4m3) run the same loop with k32 wgmmas: Q_i and K_j tiles are the same
+// bytes as a bf16 tile of half the head dim, V_j is read as V^T (written by flashc_fp8_vt_kernel,
+// keys permuted so that P_ij needs no shuffles: sm90_pack_p), O_i is bf16 and scaled by v_descale.
 #ifndef FLASHC_SM90_FWD_CUH
 #define FLASHC_SM90_FWD_CUH
 
@@ -27,6 +30,66 @@
 
 // Accumulator element i of thread lane l (within its warp) sits at row 8 ((i >> 1) & 1) + l / 4
 // of the warp's 16 rows, column 8 (i >> 2) + 2 (l % 4) + (i & 1) (HOPPER-NOTES 1.6).
+
+// The input element: bytes, the output type, and how V is read. e4m3 (fp8) inputs give a bf16
+// output; wgmma takes 8-bit operands K-major only (HOPPER-NOTES 1.5), so their V is read as V^T
+// (keys contiguous), which flashc_fp8_vt_kernel writes into the workspace before the forward.
+template <typename T>
+struct sm90_elem {
+    static constexpr int ES = 2;
+    static constexpr bool FP8 = false;
+    typedef T out;
+};
+template <>
+struct sm90_elem<__nv_fp8_e4m3> {
+    static constexpr int ES = 1;
+    static constexpr bool FP8 = true;
+    typedef __nv_bfloat16 out;
+};
+
+// Column of key 0 of sequence b in each row of the fp8 V^T: 32-aligned (tiles start on 16 bytes),
+// and 64 columns apart from the sequence before, so that each sequence's last 32-key group, padded
+// with zeros, ends before the next begins. vt_cols = this for b = B (total_k in varlen mode).
+static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key_row, int b) {
+    return (first_key_row + 31) / 32 * 32 + 64LL * b;
+}
+
+// The e4m3 P_ij does not line up with wgmma's A layout: a register holds 4 consecutive k,
+// k = 16 (r >> 1) + 4 (lane % 4) + e (HOPPER-NOTES 1.7), while the S accumulator gives a thread
+// columns 2c, 2c + 1, 8 + 2c, 9 + 2c (+16). Instead of moving values across lanes (FA3 shuffles),
+// byte e of register r takes the thread's own column 16 (r >> 1) + 8 (e >> 1) + 2c + (e & 1), and
+// V^T stores the keys of each 32-key group in that order: slot s holds key fp8_key_of_slot(s).
+static __host__ __device__ __forceinline__ int fp8_key_of_slot(int s) {
+    return 16 * (s >> 4) + 8 * ((s >> 1) & 1) + 2 * ((s >> 2) & 3) + (s & 1);
+}
+
+// fp32 x0..x3 -> 4 e4m3 bytes, x0 in the lowest (cvt puts its first source in the upper byte)
+static __device__ __forceinline__ uint32_t pack4_e4m3(float x0, float x1, float x2, float x3) {
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(x1), "f"(x0));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(x3), "f"(x2));
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+// P_ij (S after exp2, <= 2^8: see the rescale rule) as the A operand of O_i += P_ij V_j: bf16/f16
+// pairs in place (the accumulator layout is the k16 A layout), e4m3 in the order above.
+template <typename T, int BN>
+static __device__ __forceinline__ void sm90_pack_p(uint32_t (*P)[4], const float *S) {
+    if constexpr (sm90_elem<T>::FP8) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 32; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float *s0 = S + 4 * (4 * kk + 2 * (r >> 1)) + 2 * (r & 1); // n8 block 4 kk + 2 (r >> 1)
+                P[kk][r] = pack4_e4m3(s0[0], s0[1], s0[4], s0[5]);
+            }
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
+    }
+}
 
 // softcap / ALiBi in place: raw q.k -> score in log2 units (as scores_transform of the mma.sync kernel).
 template <int BN>
@@ -60,21 +123,51 @@ static __device__ __forceinline__ void sm90_scores_mask(float *S, const flashc_c
     }
 }
 
-// Q_i K_j^T for this warpgroup's 64 rows: S = (D / 16 wgmma k-steps), committed as one group.
+// Q_i K_j^T for this warpgroup's 64 rows: S = (one wgmma k-step per 32 bytes of the head dim),
+// committed as one group.
 template <typename T, int D, int BM, int BN>
 static __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t sQ, uint32_t sK, int wg) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
+    for (int kk = 0; kk < D * sm90_elem<T>::ES / 32; kk++)
         wgmma_ss<T, BN>(S, sm90_desc_kmajor(sQ, BM, 64 * wg, kk), sm90_desc_kmajor(sK, BN, 0, kk), kk > 0);
     wgmma_commit();
 }
 
-// O += P V_j (BN / 16 k-steps), committed as one group.
+// O += P V_j (one k-step per 32 bytes of P's row), committed as one group: V_j MN-major (BN rows),
+// or for e4m3 V_j^T K-major (D rows).
 template <typename T, int D, int BN>
 static __device__ __forceinline__ void sm90_issue_pv(float *O, const uint32_t (*P)[4], uint32_t sV) {
+    if constexpr (sm90_elem<T>::FP8) {
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(O, P[kk], sm90_desc_mnmajor(sV, BN, kk), 1);
+        for (int kk = 0; kk < BN / 32; kk++) wgmma_rs<T, D>(O, P[kk], sm90_desc_kmajor(sV, D, 0, kk), 1);
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(O, P[kk], sm90_desc_mnmajor(sV, BN, kk), 1);
+    }
     wgmma_commit();
+}
+
+// V_j (keys n0 .. n0 + BN - 1 of the sequence whose V starts at Vg) into the ring slot at sV: BN
+// rows of V, or for e4m3 the D x BN block of V^T (rows: dims past D zero; columns: whole 16-key
+// chunks up to the end of the sequence, whose padding fp8_vt_kernel zeroed).
+template <typename T, int D, int BN, int NTHREADS>
+static __device__ __forceinline__ void sm90_load_v(const flashc_fwd_params &p, uint32_t sV, const char *Vg, int n0,
+                                                   int sk, int tid) {
+    if constexpr (sm90_elem<T>::FP8)
+        sm90_load_tile<D, BN / 2, NTHREADS>(sV, (const uint16_t *)(Vg + n0), p.vt_cols / 2, p.a.D, (sk - n0 + 1) / 2,
+                                            p.vt, tid);
+    else
+        sm90_load_tile<BN, D, NTHREADS>(sV, (const uint16_t *)Vg + (int64_t)n0 * p.v_rs, p.v_rs, sk - n0, p.a.D, p.v,
+                                        tid);
+}
+
+// Q_i or K_j: `rows` rows of D inputs at g (row stride rs elements), as a tile of 2-byte units
+// (an e4m3 row of D bytes is D / 2 units; the swizzled layout depends only on the bytes).
+template <typename T, int ROWS, int D, int NTHREADS>
+static __device__ __forceinline__ void sm90_load_rows(uint32_t tile, const char *g, int64_t rs, int rows, int Dact,
+                                                      const void *safe, int tid) {
+    constexpr int ES = sm90_elem<T>::ES;
+    sm90_load_tile<ROWS, D * ES / 2, NTHREADS>(tile, (const uint16_t *)g, rs * ES / 2, rows, Dact * ES / 2, safe, tid);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -96,9 +189,11 @@ static __device__ __forceinline__ void sm90_issue_pv(float *O, const uint32_t (*
 template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
 __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __grid_constant__ flashc_fwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int NTHREADS = NWG * 128, BM = NWG * 64;
-    constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
-    static_assert(D % 64 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
+    constexpr int NTHREADS = NWG * 128, BM = NWG * 64, ES = sm90_elem<T>::ES;
+    // the Q region holds Q_i, then the (2-byte) O_i staged for the store
+    constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * ES;
+    static_assert(D * ES % 128 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
+    static_assert(!sm90_elem<T>::FP8 || BN % 128 == 0, "fp8: V^T rows of BN bytes fill 128-byte swizzle rows");
     static_assert(STAGES >= 2 && STAGES <= 4, "K/V ring depth");
 
     // 1024-byte aligned tiles (the swizzle pattern repeats every 1024 B of absolute address)
@@ -121,9 +216,12 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
     const int m_rows = min(BM, s.sq - m0);
     const int trow = wg * 64 + warp * 16 + (lane >> 2);  // this thread's first row in the block (and +8)
 
-    const uint16_t *Qg = (const uint16_t *)p.q + b * p.q_bs + (s.q_row0 + m0) * p.q_rs + h * p.q_hs;
-    const uint16_t *Kg = (const uint16_t *)p.k + b * p.k_bs + s.k_row0 * p.k_rs + h_kv * p.k_hs;
-    const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + s.k_row0 * p.v_rs + h_kv * p.v_hs;
+    const char *Qg = (const char *)p.q + (b * p.q_bs + (s.q_row0 + m0) * p.q_rs + h * p.q_hs) * ES;
+    const char *Kg = (const char *)p.k + (b * p.k_bs + s.k_row0 * p.k_rs + h_kv * p.k_hs) * ES;
+    const char *Vg = sm90_elem<T>::FP8
+                         ? (const char *)p.vt + (int64_t)h_kv * p.a.D * p.vt_cols +
+                               fp8_vt_col0(p.a.cu_k ? (int64_t)s.k_row0 : (int64_t)b * p.a.Sk, b)
+                         : (const char *)p.v + (b * p.v_bs + s.k_row0 * p.v_rs + h_kv * p.v_hs) * ES;
 
     // --- key blocks this query block needs (causal / window skip whole blocks) -------------------
     const int m_last = m0 + m_rows - 1;
@@ -157,21 +255,20 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
         }
         // prologue: Q_i, K_0 .. K_STAGES-2, V_0 .. V_STAGES-3 (block t is nb_max - 1 - t), one
         // commit group per t so that group t holds K_t and V_t-1
-        sm90_load_tile<BM, D, NTHREADS>(sQ, Qg, p.q_rs, m_rows, p.a.D, p.q, tid);
+        sm90_load_rows<T, BM, D, NTHREADS>(sQ, Qg, p.q_rs, m_rows, p.a.D, p.q, tid);
 #pragma unroll
         for (int t = 0; t < STAGES - 1; t++) {
             const int n0 = (nb_max - 1 - t) * BN;
             if (n0 >= nb_min * BN)
-                sm90_load_tile<BN, D, NTHREADS>(sK0 + t * KV_BYTES, Kg + (int64_t)n0 * p.k_rs, p.k_rs, s.sk - n0,
-                                                p.a.D, p.k, tid);
+                sm90_load_rows<T, BN, D, NTHREADS>(sK0 + t * KV_BYTES, Kg + (int64_t)n0 * p.k_rs * ES, p.k_rs,
+                                                   s.sk - n0, p.a.D, p.k, tid);
             if (t > 0 && n0 + BN >= nb_min * BN)
-                sm90_load_tile<BN, D, NTHREADS>(sV0 + (t - 1) * KV_BYTES, Vg + (int64_t)(n0 + BN) * p.v_rs, p.v_rs,
-                                                s.sk - n0 - BN, p.a.D, p.v, tid);
+                sm90_load_v<T, D, BN, NTHREADS>(p, sV0 + (t - 1) * KV_BYTES, Vg, n0 + BN, s.sk, tid);
             if (!PP) cp_async_commit();
             else if (t <= n_blocks) cp_async_mbar_arrive(full0 + 8 * t);
         }
 
-        uint32_t P[BN / 16][4]; // P_ij as the A operand of the next PV (bf16/f16 pairs)
+        uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
         int t = 0;
         int st = 0, ph = 0; // t % STAGES: buffer of K_t and V_t; (t / STAGES) & 1: its mbarrier phase
         // --- for each key block j, right to left (masked diagonal blocks of causal first) -------
@@ -191,11 +288,9 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
                 const int sv1 = sk1 == 0 ? STAGES - 1 : sk1 - 1; // (t + STAGES - 2) % STAGES
                 const int n1 = n0 - (STAGES - 1) * BN, nv = n1 + BN;
                 if (n1 >= nb_min * BN)
-                    sm90_load_tile<BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs, s.sk - n1,
-                                                    p.a.D, p.k, tid);
-                if (nv >= nb_min * BN)
-                    sm90_load_tile<BN, D, NTHREADS>(sV0 + sv1 * KV_BYTES, Vg + (int64_t)nv * p.v_rs, p.v_rs, s.sk - nv,
-                                                    p.a.D, p.v, tid);
+                    sm90_load_rows<T, BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs * ES, p.k_rs,
+                                                       s.sk - n1, p.a.D, p.k, tid);
+                if (nv >= nb_min * BN) sm90_load_v<T, D, BN, NTHREADS>(p, sV0 + sv1 * KV_BYTES, Vg, nv, s.sk, tid);
                 cp_async_commit();
             }
 
@@ -221,7 +316,11 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 
             // m_new = max(m_i, rowmax(S_ij)); P_ij = exp2(S_ij - m_new); l_i = alpha l_i + rowsum(P_ij)
             // (lines 9-10). As in the mma.sync kernel, m_i moves only when a row's max grew by more
-            // than 8 (log2 units): P_ij <= 2^8 stays exact in fp32, and O_i is rescaled rarely.
+            // than 8 (log2 units): P_ij <= 2^8 stays exact in fp32, and O_i is rescaled rarely. Not
+            // for e4m3: there P_ij is rounded to 3 mantissa bits, and with m_i the exact running max
+            // the largest P_ij of a row is 1, exact, as in a naive fp8 attention; with a stale m_i it
+            // carried up to 6% error and O erred 2-3.7x the naive (H200, test_fp8, Sk >= 129).
+            constexpr float M_SLACK = sm90_elem<T>::FP8 ? 0.f : 8.f;
             float mx[2], alpha[2] = {1.f, 1.f};
             bool grow = false;
 #pragma unroll
@@ -230,7 +329,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 #pragma unroll
                 for (int nt = 0; nt < BN / 8; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
                 mx[r] = quad_max(x) * sl2;
-                grow |= mx[r] > m_i[r] + 8.f;
+                grow |= mx[r] > m_i[r] + M_SLACK;
             }
             const bool rescale = __any_sync(0xffffffffu, grow);
             if (rescale) {
@@ -264,10 +363,9 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
                 if (nv >= nb_min * BN) { // group t + STAGES - 1 <= T exists
                     if (t > 0) mbar_wait(empty0 + 8 * sk1, st == 0 ? ph ^ 1 : ph);
                     if (n1 >= nb_min * BN)
-                        sm90_load_tile<BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs, p.k_rs,
-                                                        s.sk - n1, p.a.D, p.k, tid);
-                    sm90_load_tile<BN, D, NTHREADS>(sV0 + sv1 * KV_BYTES, Vg + (int64_t)nv * p.v_rs, p.v_rs, s.sk - nv,
-                                                    p.a.D, p.v, tid);
+                        sm90_load_rows<T, BN, D, NTHREADS>(sK0 + sk1 * KV_BYTES, Kg + (int64_t)n1 * p.k_rs * ES,
+                                                           p.k_rs, s.sk - n1, p.a.D, p.k, tid);
+                    sm90_load_v<T, D, BN, NTHREADS>(p, sV0 + sv1 * KV_BYTES, Vg, nv, s.sk, tid);
                     cp_async_mbar_arrive(full0 + 8 * sk1);
                 }
             }
@@ -281,10 +379,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 #pragma unroll
                 for (int i = 0; i < D / 2; i++) O[i] *= alpha[(i >> 1) & 1];
             }
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
+            sm90_pack_p<T, BN>(P, S);
         }
 
         // the last O_i += P V
@@ -314,12 +409,13 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float l = quad_sum(l_i[r]);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float inv = l > 0.f ? p.o_scale / l : 0.f;
         const int row = trow + 8 * r;
 #pragma unroll
         for (int nt = 0; nt < D / 8; nt++) {
             const uint32_t off = sw128_offset(BM, row, 8 * nt) + 4 * (lane & 3);
-            *(uint32_t *)((char *)smem + off) = pack2<T>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+            *(uint32_t *)((char *)smem + off) =
+                pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
         }
         if (lse && (lane & 3) == 0 && m0 + row < s.sq)
             lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
@@ -334,6 +430,38 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
             *(uint4 *)(Og + (int64_t)r * p.o_rs + c) = *(const uint4 *)((const char *)smem + sw128_offset(BM, r, c));
     }
 #endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// the fp8 V^T: one CTA per (32-key group, kv head, sequence) transposes 32 keys x D bytes through
+// shared memory and writes D rows of 32 bytes, keys in the order of fp8_key_of_slot, zeros past the
+// sequence's end. Reads and writes V once (32 MB at B * S = 16k, H_kv = 16, D = 128: ~3% of that
+// forward's time at 4 TB/s and ~700 TFLOP/s).
+
+template <typename T> // T = __nv_fp8_e4m3 (a template only so that each instance file has its own)
+__global__ void __launch_bounds__(128) flashc_fp8_vt_kernel(const __grid_constant__ flashc_fwd_params p) {
+    __shared__ __align__(16) uint8_t tile[32][256 + 16]; // + 16: rows start on different banks
+    const int j0 = blockIdx.x * 32, hk = blockIdx.y, b = blockIdx.z, D = p.a.D;
+    const flashc_cuda_seq s = cuda_seq(p.a, b);
+    if (j0 >= s.sk) return;
+    const uint8_t *vg = (const uint8_t *)p.v + b * p.v_bs + (s.k_row0 + j0) * p.v_rs + hk * p.v_hs;
+    for (int i = threadIdx.x; i < 32 * D / 16; i += 128) {
+        const int r = i / (D / 16), c = i % (D / 16);
+        *(uint4 *)&tile[r][16 * c] = j0 + r < s.sk ? *(const uint4 *)(vg + r * p.v_rs + 16 * c) : make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();
+    uint8_t *vt = p.vt + (int64_t)hk * D * p.vt_cols + fp8_vt_col0(p.a.cu_k ? (int64_t)s.k_row0 : (int64_t)b * p.a.Sk, b) + j0;
+    for (int i = threadIdx.x; i < 2 * D; i += 128) {
+        const int d = i / 2, half = i % 2;
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            w[q] = 0;
+#pragma unroll
+            for (int e = 0; e < 4; e++) w[q] |= (uint32_t)tile[fp8_key_of_slot(16 * half + 4 * q + e)][d] << (8 * e);
+        }
+        *(uint4 *)(vt + (int64_t)d * p.vt_cols + 16 * half) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -360,7 +488,7 @@ static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
 template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
 cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) {
     // + 1024: the manual alignment; + 64: the mbarriers
-    constexpr int smem = 1024 + (NWG * 64 + 2 * STAGES * BN) * D * 2 + 64;
+    constexpr int smem = 1024 + NWG * 64 * D * 2 + 2 * STAGES * BN * D * sm90_elem<T>::ES + 64;
     void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, PP>;
     p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
@@ -369,6 +497,10 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
+    if constexpr (sm90_elem<T>::FP8) {
+        const dim3 grid((unsigned)((p->a.Sk + 31) / 32), (unsigned)p->a.H_kv, (unsigned)p->a.B);
+        if (grid.x > 0) flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
+    }
     kernel<<<(unsigned)blocks, NWG * 128, smem, stream>>>(*p);
     return cudaGetLastError();
 }
@@ -376,8 +508,10 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
 // The tuned tile; p->sm90_pp = 1 / 2 forces the lockstep / ping-pong loop (A/B timing, tests).
 template <typename T, int D>
 cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t stream) {
-    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D);
-    static_assert(flashc_cuda_fwd_sm90_smem(D) == 1024 + (t.bm + 2 * t.stages * t.bn) * D * 2 + 64, "smem formula");
+    constexpr bool fp8 = sm90_elem<T>::FP8;
+    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, fp8);
+    static_assert(flashc_cuda_fwd_sm90_smem(D, fp8) == 1024 + t.bm * D * 2 + 2 * t.stages * t.bn * D * sm90_elem<T>::ES + 64,
+                  "smem formula");
     const bool pp = p->sm90_pp ? p->sm90_pp == 2 : t.pingpong != 0;
     return pp ? flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, true>(p, stream)
               : flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, false>(p, stream);
