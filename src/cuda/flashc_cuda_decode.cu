@@ -715,11 +715,14 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 
 // ------------------------------------------------------------------------------------------------
 // 3. the merge: lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s, one warp per row.
-// Weights in fp64 (the LSEs reach ~1e2 and more; an fp32 exp(lse_s - lse) would lose 1e-6 of
-// relative accuracy to the rounding of lse alone; the fp64 exp / log are calls and ptxas reports
-// 40 bytes of spills for them, harmless here). A part with lse_s = +/-inf saw no key: skipped,
-// its out not read. In place (out = part 0) is safe: a lane reads its elements of every part
-// before it writes them, and lse is written after a __syncwarp (all lanes have read it).
+// In fp32 as merge_splits: lse = M + log(sum_s exp(lse_s - M)) with M = max_s lse_s, weights
+// exp((lse_s - M) - log(sum)). lse_s - M is exact for the parts that matter (Sterbenz) and log(sum)
+// <= log(n_parts) is small, so a weight carries a few ulp of error, where an fp32 exp(lse_s - lse)
+// would carry the rounding of lse (1e-6 relative at |lse| ~ 1e2). The fp64 version this replaces
+// had 40 bytes of spills (ptxas) for its exp / log calls. A part with lse_s = +/-inf saw no key:
+// weight 0, its out not read (it may be NaN). In place (out = part 0) is safe: a lane reads its
+// elements of every part before it writes them, and lse is written after a __syncwarp (all lanes
+// have read it).
 
 __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_params p) {
     const int64_t n_rows = (int64_t)p.B * p.S * p.H;
@@ -728,33 +731,32 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
     if (row >= n_rows) return;
     const int h = (int)(row % p.H), s = (int)(row / p.H % p.S), b = (int)(row / p.H / p.S);
     const int64_t l_off = ((int64_t)b * p.H + h) * p.S + s, l_step = (int64_t)p.B * p.H * p.S;
-    double mx = -INFINITY;
+    float mx = -INFINITY, sum = 0.f;
     int nan = 0;
     for (int sp = lane; sp < p.n_parts; sp += 32) {
         const float x = p.lse_parts[sp * l_step + l_off];
         nan |= isnan(x);
-        if (!isinf(x)) mx = fmax(mx, (double)x);
+        if (!isinf(x)) mx = fmaxf(mx, x);
     }
 #pragma unroll
-    for (int o = 16; o >= 1; o /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    double sum = 0.0;
+    for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     for (int sp = lane; sp < p.n_parts; sp += 32) {
         const float x = p.lse_parts[sp * l_step + l_off];
-        if (!isinf(x) && !isnan(x)) sum += exp((double)x - mx);
+        if (!isinf(x) && !isnan(x)) sum += expf(x - mx);
     }
 #pragma unroll
     for (int o = 16; o >= 1; o /= 2) {
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
         nan |= __shfl_xor_sync(0xffffffffu, nan, o);
     }
-    const double L = nan ? (double)NAN : sum > 0.0 ? mx + log(sum) : (double)INFINITY;
+    const float M = nan ? NAN : mx, LS = sum > 0.f ? logf(sum) : INFINITY;
     const int64_t o_off = b * p.os[0] + s * p.os[1] + h * p.os[2];
     const int64_t p_off = b * p.ps[1] + s * p.ps[2] + h * p.ps[3];
     for (int d0 = lane * 4; d0 < p.D; d0 += 128) {
-        double acc[4] = {0, 0, 0, 0};
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
         // 8 parts per round, their loads issued together: the rounds are latency-bound (a split-KV
         // merge of B = 1 has only B * H warps on the whole GPU)
-        for (int sp0 = 0; sp0 < p.n_parts && sum > 0.0; sp0 += 8) {
+        for (int sp0 = 0; sp0 < p.n_parts && LS != INFINITY; sp0 += 8) {
             float x[8], val[8][4];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
@@ -768,17 +770,17 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 if (isinf(x[u])) continue;
-                const double w = exp((double)x[u] - L);
+                const float w = expf((x[u] - M) - LS);
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[e] += w * val[u][e];
+                for (int e = 0; e < 4; e++) acc[e] = fmaf(w, val[u][e], acc[e]);
             }
         }
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            if (d0 + e < p.D) dt_store(p.out, o_off + d0 + e, p.out_dtype, (float)acc[e]);
+            if (d0 + e < p.D) dt_store(p.out, o_off + d0 + e, p.out_dtype, acc[e]);
     }
     __syncwarp(); // every lane has read lse_parts (lse may be part 0's) before lane 0 writes lse
-    if (p.lse && lane == 0) p.lse[l_off] = (float)L;
+    if (p.lse && lane == 0) p.lse[l_off] = M != M ? NAN : LS == INFINITY ? INFINITY : M + LS;
 }
 
 // ------------------------------------------------------------------------------------------------
