@@ -453,7 +453,15 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
 // (A PIPE 3, a 4-stage cp.async ring in shared memory 3 steps ahead, was dropped: 64 KB of shared
 // memory per CTA, so 3 CTAs per SM, and with the fused merge it ran batch 64 kv 64k at 3300 GB/s
 // (2 splits) in the H200 run where pipe 1 ran kv 4k / 16k at 3985 / 4126; an earlier run had
-// pipe 1 at 4251 on that shape.)
+// pipe 1 at 4251 on that shape.) Two rings of Hopper bulk copies were tried in a lab build
+// (H200, 2026-11-29, bf16 GQA 32/8 d128, tests passed with each forced): cp.async.bulk per key row
+// (256 bytes, 64 copies per 32-key tile) ran batch 64 kv 64k at 2740 GB/s (6274 us against pipe
+// 1's 4032; presumably the copy engine's cost per request); a 2-stage ring of 2D tensor-map TMA
+// boxes (one 8 KB box per tensor and tile, __syncthreads before a stage is refilled; racecheck
+// clean) ran batch 64 kv 16k / 64k at 1029 / 4065 us against pipe 1's 1046 / 4141 in the same
+// run, and lost at batch 16 (kv 16k 272 against 258) and batch 1. Neither closes the gap to
+// SDPA CUDNN (965 / 3841 us there), and a head-major cache (B, H_kv, Sk, D) shows the same gap
+// (batch 16 kv 16k: 4228 against CUDNN's 4512 GB/s): the load path and the layout are not it.
 
 template <typename T, int DP, int ROWS, int PIPE>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
@@ -854,6 +862,8 @@ static dec_kernel_fn decode_kernel(const flashc_problem *p, int kv_vec, int sm_c
 //   kv 4k:   s12 22.8   s14* 22.0   s16 20.7   s24 20.7   s32 19.9   s48 21.1
 //   kv 16k:  s24 35.9   s32 32.1    s42* 33.2  s48 32.4   s64 45.1 (two waves)
 //   kv 64k:  s32 82.4   s42* 79.7   s48 76.1   s64 109.3 (two waves)
+// Two later runs that day gave kv 16k s32 33.6 / 33.8 against s48 35.2 / 35.0, kv 64k s32 84.6 /
+// 83.8 against s48 80.8 / 79.4: at 16k the fuller wave is not better, at 64k it is.
 // This rule takes s31 / s48 / s48 there, and at batch 16 / 64 the counts of the 85% rule (3 / 1;
 // batch 16 kv 16k: s3 252, s4 314, s6 263 us; one CTA per SM, s1, 417). The two-wave bound keeps
 // out plans of many exact waves (batch 16: 99 splits fill 32 waves exactly), which only add
