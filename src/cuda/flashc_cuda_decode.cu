@@ -35,7 +35,7 @@
 
 #define DEC_WARPS 4             // 128 threads: small CTAs, several per SM, for load balance
 #define DEC_THREADS (DEC_WARPS * 32)
-#define DEC_MIN_SPLIT_KEYS 256  // a split below this many keys costs more in setup and merge than it saves
+#define DEC_MIN_SPLIT_KEYS 128  // a split below this many keys costs more in setup and merge than it saves
 #define DEC_MAX_SPLITS 128
 
 // ------------------------------------------------------------------------------------------------
@@ -307,37 +307,64 @@ static __device__ __forceinline__ void load_kv(const flashc_decode_params &p, co
     }
 }
 
-// Fast paths (PIPE >= 1; 16-byte aligned K / V, strides < 2^31): element offsets of key j's K and
-// V rows (head 0), j clamped to ke - 1 so every address is a real cache row (its scores are masked
-// to -inf, so it contributes P = 0); two 32x32->64 multiplies per tensor, no branch.
+// Fast paths (PIPE >= 1; 16-byte aligned K / V, strides < 2^31): element offsets of the K and V
+// rows (head 0) of keys j0 .. j0 + KPG - 1, each clamped to ke - 1 so that every address is a real
+// cache row (its scores are masked to -inf, so it contributes P = 0); 32x32->64 multiplies, no
+// branch but the paged one. Paged, the KPG keys of a key group share one block-table entry
+// whenever they share a page (page_size >= KPG with the group's keys aligned: every group of every
+// step at page 16), so the lookup, its clamp and the page's multiplies run once per group and step
+// instead of once per key (paged-16 ran at 0.88-0.94 of contiguous with a lookup per key).
+static __device__ __forceinline__ uint32_t page_of(const flashc_decode_params &p, int j) {
+    return (__umulhi((uint32_t)j, p.page_magic) + (uint32_t)j) >> p.page_shift;
+}
+
+static __device__ __forceinline__ int page_unit(const flashc_decode_params &p, const int32_t *bt_b, uint32_t pg) {
+    const int e = __ldg(bt_b + pg);
+    return e < 0 ? 0 : e >= p.num_pages ? p.num_pages - 1 : e;
+}
+
+template <int KPG>
 static __device__ __forceinline__ void key_offsets(const flashc_decode_params &p, const int32_t *bt_b, int unit_b,
-                                                   int j, int ke, int64_t *ko, int64_t *vo) {
-    const int jj = min(j, ke - 1);
-    int unit = unit_b, row = jj;
+                                                   int j0, int ke, int64_t (&ko)[KPG], int64_t (&vo)[KPG]) {
+    int unit = unit_b, first = 0; // the unit of the keys, and the key at its row 0
     if (bt_b) {
-        const uint32_t pg = (__umulhi((uint32_t)jj, p.page_magic) + (uint32_t)jj) >> p.page_shift;
-        row = jj - (int)pg * p.page_size;
-        unit = __ldg(bt_b + pg);
-        unit = unit < 0 ? 0 : unit >= p.num_pages ? p.num_pages - 1 : unit;
+        const uint32_t pf = page_of(p, min(j0, ke - 1));
+        if (pf != page_of(p, min(j0 + KPG - 1, ke - 1))) { // the keys span pages: an entry per key
+#pragma unroll
+            for (int k = 0; k < KPG; k++) {
+                const int jj = min(j0 + k, ke - 1);
+                const uint32_t pg = page_of(p, jj);
+                const int u = page_unit(p, bt_b, pg), row = jj - (int)pg * p.page_size;
+                ko[k] = (int64_t)u * p.k_bs32 + (int64_t)row * p.k_rs32;
+                vo[k] = (int64_t)u * p.v_bs32 + (int64_t)row * p.v_rs32;
+            }
+            return;
+        }
+        unit = page_unit(p, bt_b, pf);
+        first = (int)pf * p.page_size;
     }
-    *ko = (int64_t)unit * p.k_bs32 + (int64_t)row * p.k_rs32;
-    *vo = (int64_t)unit * p.v_bs32 + (int64_t)row * p.v_rs32;
+    const int64_t kb = (int64_t)unit * p.k_bs32, vb = (int64_t)unit * p.v_bs32;
+#pragma unroll
+    for (int k = 0; k < KPG; k++) {
+        const int row = min(j0 + k, ke - 1) - first;
+        ko[k] = kb + (int64_t)row * p.k_rs32;
+        vo[k] = vb + (int64_t)row * p.v_rs32;
+    }
 }
 
 template <int KPG, int NV, int TPK>
 static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
                                                     const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
                                                     int j0, int ke, uint4 (&kr)[KPG][NV], uint4 (&vr)[KPG][NV]) {
+    int64_t ko[KPG], vo[KPG];
+    key_offsets<KPG>(p, bt_b, unit_b, j0, ke, ko, vo);
 #pragma unroll
-    for (int k = 0; k < KPG; k++) {
-        int64_t ko, vo;
-        key_offsets(p, bt_b, unit_b, j0 + k, ke, &ko, &vo);
+    for (int k = 0; k < KPG; k++)
 #pragma unroll
         for (int v = 0; v < NV; v++) {
-            kr[k][v] = ld_stream_v4(kl[v] + ko);
-            vr[k][v] = ld_stream_v4(vl[v] + vo);
+            kr[k][v] = ld_stream_v4(kl[v] + ko[k]);
+            vr[k][v] = ld_stream_v4(vl[v] + vo[k]);
         }
-    }
 }
 
 // The split-KV merge inside the attention kernel, run by the last split of a (b, kv head, row
@@ -426,7 +453,15 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
 // (A PIPE 3, a 4-stage cp.async ring in shared memory 3 steps ahead, was dropped: 64 KB of shared
 // memory per CTA, so 3 CTAs per SM, and with the fused merge it ran batch 64 kv 64k at 3300 GB/s
 // (2 splits) in the H200 run where pipe 1 ran kv 4k / 16k at 3985 / 4126; an earlier run had
-// pipe 1 at 4251 on that shape.)
+// pipe 1 at 4251 on that shape.) Two rings of Hopper bulk copies were tried in a lab build
+// (H200, 2026-11-29, bf16 GQA 32/8 d128, tests passed with each forced): cp.async.bulk per key row
+// (256 bytes, 64 copies per 32-key tile) ran batch 64 kv 64k at 2740 GB/s (6274 us against pipe
+// 1's 4032; presumably the copy engine's cost per request); a 2-stage ring of 2D tensor-map TMA
+// boxes (one 8 KB box per tensor and tile, __syncthreads before a stage is refilled; racecheck
+// clean) ran batch 64 kv 16k / 64k at 1029 / 4065 us against pipe 1's 1046 / 4141 in the same
+// run, and lost at batch 16 (kv 16k 272 against 258) and batch 1. Neither closes the gap to
+// SDPA CUDNN (965 / 3841 us there), and a head-major cache (B, H_kv, Sk, D) shows the same gap
+// (batch 16 kv 16k: 4228 against CUDNN's 4512 GB/s): the load path and the layout are not it.
 
 template <typename T, int DP, int ROWS, int PIPE>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
@@ -688,11 +723,14 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 
 // ------------------------------------------------------------------------------------------------
 // 3. the merge: lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s, one warp per row.
-// Weights in fp64 (the LSEs reach ~1e2 and more; an fp32 exp(lse_s - lse) would lose 1e-6 of
-// relative accuracy to the rounding of lse alone; the fp64 exp / log are calls and ptxas reports
-// 40 bytes of spills for them, harmless here). A part with lse_s = +/-inf saw no key: skipped,
-// its out not read. In place (out = part 0) is safe: a lane reads its elements of every part
-// before it writes them, and lse is written after a __syncwarp (all lanes have read it).
+// In fp32 as merge_splits: lse = M + log(sum_s exp(lse_s - M)) with M = max_s lse_s, weights
+// exp((lse_s - M) - log(sum)). lse_s - M is exact for the parts that matter (Sterbenz) and log(sum)
+// <= log(n_parts) is small, so a weight carries a few ulp of error, where an fp32 exp(lse_s - lse)
+// would carry the rounding of lse (1e-6 relative at |lse| ~ 1e2). The fp64 version this replaces
+// had 40 bytes of spills (ptxas) for its exp / log calls. A part with lse_s = +/-inf saw no key:
+// weight 0, its out not read (it may be NaN). In place (out = part 0) is safe: a lane reads its
+// elements of every part before it writes them, and lse is written after a __syncwarp (all lanes
+// have read it).
 
 __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_params p) {
     const int64_t n_rows = (int64_t)p.B * p.S * p.H;
@@ -701,33 +739,32 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
     if (row >= n_rows) return;
     const int h = (int)(row % p.H), s = (int)(row / p.H % p.S), b = (int)(row / p.H / p.S);
     const int64_t l_off = ((int64_t)b * p.H + h) * p.S + s, l_step = (int64_t)p.B * p.H * p.S;
-    double mx = -INFINITY;
+    float mx = -INFINITY, sum = 0.f;
     int nan = 0;
     for (int sp = lane; sp < p.n_parts; sp += 32) {
         const float x = p.lse_parts[sp * l_step + l_off];
         nan |= isnan(x);
-        if (!isinf(x)) mx = fmax(mx, (double)x);
+        if (!isinf(x)) mx = fmaxf(mx, x);
     }
 #pragma unroll
-    for (int o = 16; o >= 1; o /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    double sum = 0.0;
+    for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     for (int sp = lane; sp < p.n_parts; sp += 32) {
         const float x = p.lse_parts[sp * l_step + l_off];
-        if (!isinf(x) && !isnan(x)) sum += exp((double)x - mx);
+        if (!isinf(x) && !isnan(x)) sum += expf(x - mx);
     }
 #pragma unroll
     for (int o = 16; o >= 1; o /= 2) {
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
         nan |= __shfl_xor_sync(0xffffffffu, nan, o);
     }
-    const double L = nan ? (double)NAN : sum > 0.0 ? mx + log(sum) : (double)INFINITY;
+    const float M = nan ? NAN : mx, LS = sum > 0.f ? logf(sum) : INFINITY;
     const int64_t o_off = b * p.os[0] + s * p.os[1] + h * p.os[2];
     const int64_t p_off = b * p.ps[1] + s * p.ps[2] + h * p.ps[3];
     for (int d0 = lane * 4; d0 < p.D; d0 += 128) {
-        double acc[4] = {0, 0, 0, 0};
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
         // 8 parts per round, their loads issued together: the rounds are latency-bound (a split-KV
         // merge of B = 1 has only B * H warps on the whole GPU)
-        for (int sp0 = 0; sp0 < p.n_parts && sum > 0.0; sp0 += 8) {
+        for (int sp0 = 0; sp0 < p.n_parts && LS != INFINITY; sp0 += 8) {
             float x[8], val[8][4];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
@@ -741,17 +778,17 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 if (isinf(x[u])) continue;
-                const double w = exp((double)x[u] - L);
+                const float w = expf((x[u] - M) - LS);
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[e] += w * val[u][e];
+                for (int e = 0; e < 4; e++) acc[e] = fmaf(w, val[u][e], acc[e]);
             }
         }
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            if (d0 + e < p.D) dt_store(p.out, o_off + d0 + e, p.out_dtype, (float)acc[e]);
+            if (d0 + e < p.D) dt_store(p.out, o_off + d0 + e, p.out_dtype, acc[e]);
     }
     __syncwarp(); // every lane has read lse_parts (lse may be part 0's) before lane 0 writes lse
-    if (p.lse && lane == 0) p.lse[l_off] = (float)L;
+    if (p.lse && lane == 0) p.lse[l_off] = M != M ? NAN : LS == INFINITY ? INFINITY : M + LS;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -816,11 +853,23 @@ static dec_kernel_fn decode_kernel(const flashc_problem *p, int kv_vec, int sm_c
 }
 
 // Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
-// resident slots (occupancy x SMs): the smallest count within 85% of the best wave efficiency
-// waves / ceil(waves) (FlashAttention-2's num_splits_heuristic), each split >= DEC_MIN_SPLIT_KEYS
-// keys of the capacity. The workspace size may depend on the description only (not on
-// cache_seqlens, nor on the tensors' alignment), so the plan always takes the occupancy of the
-// kernel an aligned cache runs; an unaligned one runs the register kernel on the same plan.
+// resident slots (occupancy x SMs): the smallest count within 95% of the best wave efficiency
+// waves / ceil(waves) over at most two waves, each split >= DEC_MIN_SPLIT_KEYS keys of the
+// capacity. FlashAttention-2's num_splits_heuristic takes 85% (fewer splits, less merging); with
+// the merge fused into the last split the fuller wave wins. H200, 2026-11-29, batch 1, bf16 GQA
+// 32/8 d128, pipe 2 (3 CTAs per SM: 396 slots, 8 CTAs per split), us by forced split count
+// (* = the 85% rule with a 256-key minimum):
+//   kv 4k:   s12 22.8   s14* 22.0   s16 20.7   s24 20.7   s32 19.9   s48 21.1
+//   kv 16k:  s24 35.9   s32 32.1    s42* 33.2  s48 32.4   s64 45.1 (two waves)
+//   kv 64k:  s32 82.4   s42* 79.7   s48 76.1   s64 109.3 (two waves)
+// Two later runs that day gave kv 16k s32 33.6 / 33.8 against s48 35.2 / 35.0, kv 64k s32 84.6 /
+// 83.8 against s48 80.8 / 79.4: at 16k the fuller wave is not better, at 64k it is.
+// This rule takes s31 / s48 / s48 there, and at batch 16 / 64 the counts of the 85% rule (3 / 1;
+// batch 16 kv 16k: s3 252, s4 314, s6 263 us; one CTA per SM, s1, 417). The two-wave bound keeps
+// out plans of many exact waves (batch 16: 99 splits fill 32 waves exactly), which only add
+// merging. The workspace size may depend on the description only (not on cache_seqlens, nor on
+// the tensors' alignment), so the plan always takes the occupancy of the kernel an aligned cache
+// runs; an unaligned one runs the register kernel on the same plan.
 static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
     if (a->num_splits > 0) return a->num_splits;
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
@@ -834,6 +883,8 @@ static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, in
     }
     const int64_t slots = (int64_t)sm_count * occ;
     int max_s = (int)((p->Sk + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
+    const int64_t two_waves = 2 * ((slots + items - 1) / items);
+    if (max_s > two_waves) max_s = (int)two_waves;
     if (max_s > DEC_MAX_SPLITS) max_s = DEC_MAX_SPLITS;
     if (max_s < 1) max_s = 1;
     double eff[DEC_MAX_SPLITS + 1], best = 0.0;
@@ -843,7 +894,7 @@ static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, in
         if (eff[s] > best) best = eff[s];
     }
     for (int s = 1; s <= max_s; s++)
-        if (eff[s] >= 0.85 * best) return s;
+        if (eff[s] >= 0.95 * best) return s;
     return max_s;
 }
 
