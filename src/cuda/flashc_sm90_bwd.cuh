@@ -35,6 +35,15 @@
 // 292 / 272, 301 / 295; the loop before (S^T, dP^T in one group, dQ by atomics from registers)
 // 252 / 198, 296 / 280, 305 / 300. (Keeping dQ_i in flight into the next step's S^T, dP^T was
 // serialized by ptxas, C7514: it does not follow wgmma groups across the loop's back edge.)
+// Tried and slower (H200, x SDPA FLASH at D = 128 over S = 512..16k, this loop 0.89-1.03): an
+// FA3-style ping-pong, the warpgroups decoupled (Q_i / dO_i ring of 2 or 3 slots on full / empty
+// mbarriers filled by cp.async.mbarrier.arrive, named barriers alternating their S^T, dP^T
+// issue as in flashc_sm90_fwd.cuh, each warpgroup adding dQ over its own 64 keys) ran
+// 0.78-0.89x; the same with no dq_acc reduction at all (dQ wrong, timing only) 1.10-1.15x, so
+// the doubled dq_acc traffic, not the schedule, sank it (without the named barriers: 0.77-0.81x);
+// summing the two partials in a shared tile first (handed over by mbarriers) 0.79-0.84x, and
+// racecheck flagged it. At D = 64 every variant ran 0.66-0.73x FLASH against 0.82-0.88x for the
+// mma.sync kernel.
 // Shared-memory tiles use the 128-byte swizzle of wgmma (HOPPER-NOTES 2.2, 8.4): a ROWS x D tile
 // is D / 64 column blocks of ROWS x 64 elements, 128 bytes per row, 16-byte chunk j of row r at
 // chunk j ^ (r & 7); every tile starts on a 1024-byte boundary, so base_offset stays 0.
