@@ -90,6 +90,32 @@ static __device__ __forceinline__ void bar_arrive(int id, int nthreads) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// bulk reduction shared -> global (cp.reduce.async.bulk, PTX ISA 8.0, sm_90): the async proxy adds
+// `bytes` of fp32 from shared memory into global memory elementwise, in whole L2 lines instead of
+// one 8-byte atomic per thread. Both addresses 16-byte aligned, bytes a multiple of 16. The writers
+// of the source run fence_proxy_async_smem and a barrier before the issuing thread starts it; the
+// issuing thread waits (bulk_wait_read) before anyone overwrites the source.
+
+static __device__ __forceinline__ void bulk_reduce_add_f32(float *gdst, uint32_t ssrc, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst), "r"(ssrc),
+                 "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// This thread's bulk groups have finished reading shared memory (all but the newest N).
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read(void) {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// This thread's bulk groups are complete, their global writes performed.
+static __device__ __forceinline__ void bulk_wait_all(void) {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// ------------------------------------------------------------------------------------------------
 // mbarrier (HOPPER-NOTES 4): init on one thread, then fence_mbarrier_init and a CTA barrier
 
 static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {

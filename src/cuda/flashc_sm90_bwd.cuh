@@ -3,8 +3,9 @@
 // flashc_cuda.cu sends a backward here only on a 9.0 device, in the atomic (non-deterministic)
 // mode, with 16-byte aligned tensors and head dim 128 (padded: 72..128). The kernel is also
 // correct for D = 64 (the full CUDA test sweep passed with it), but there it ran at 0.80-0.87x of
-// the mma.sync kernel (exp and dQ atomics are a larger share at D = 64 and nothing overlaps them
-// with the wgmma), so D = 64 is not instantiated. Everything else runs the mma.sync
+// the mma.sync kernel (0.82x with the loop below: 189 against 231 TFLOP/s at S = 8k; exp is a
+// larger share at D = 64 and the lockstep warpgroups overlap none of it with the wgmma), so D = 64
+// is not instantiated. Everything else runs the mma.sync
 // kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion this path calls
 // (instantiated in the plain inst/ files, so that no kernel is compiled twice for different archs).
 //
@@ -13,17 +14,36 @@
 // CTA walks the query blocks Q_i (BM = 64 rows, and the query heads of its GQA group), Q_i, dO_i,
 // lse2_i, D_i double-buffered in shared memory by cp.async. Per step and warpgroup w:
 //   S_ij^T  = K_w Q_i^T      wgmma SS m64n64, both K-major              (Alg. 2 line 10)
-//   dP_ij^T = V_w dO_i^T     wgmma SS m64n64                            (line 12)
-//   P^T = exp2(S^T scale log2e - lse2_i), dS^T = P^T (dP^T - D_i)       (lines 11, 14)
-//     computed transposed so that the accumulator already is the A operand of the next two:
-//     the m64nNk16 A-register layout equals the accumulator layout (HOPPER-NOTES 1.7), no moves
+//   dP_ij^T = V_w dO_i^T     wgmma SS m64n64, a second group            (line 12)
+//   P^T = exp2(S^T scale log2e - lse2_i)    while dP^T runs             (line 11)
 //   dV_w   += P^T dO_i       wgmma RS m64nD, dO_i N-major (tnspB)       (line 13)
-//   dK_w   += dS^T Q_i       wgmma RS m64nD, Q_i N-major                (line 16)
+//   dS^T = P^T (dP^T - D_i)                 while dV_w runs             (line 14)
+//     computed transposed so that the accumulator already is the A operand of dV and dK:
+//     the m64nNk16 A-register layout equals the accumulator layout (HOPPER-NOTES 1.7), no moves
 //   dQ_i   += dS_ij K_j      wgmma SS m64n64, dS^T through shared memory as an M-major A,
-//                            K_j N-major; fp32 atomics into dq_acc      (line 15)
+//                            K_j N-major                                (line 15)
+//   dK_w   += dS^T Q_i       wgmma RS m64nD, Q_i N-major, issued after dQ_i so that it runs
+//                            while dQ_i goes out                        (line 16)
+//     dQ_i goes to an fp32 tile in shared memory and from there into dq_acc by one bulk
+//     reduction (cp.reduce.async.bulk .add.f32) per row instead of 8-byte atomics;
 //     D = 128: warpgroup w adds columns 64w..64w+63 over all 128 keys (dS^T of both warpgroups);
 //     D = 64:  warpgroup w adds all 64 columns over its own 64 keys (no N split inside a swizzle
-//              row), twice the atomics but the same m64n64 shape.
+//              row), into its own tile.
+// H200 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k, D = 128, one run), TFLOP/s
+// non-causal / causal at S = 1k, 4k, 8k: this loop 256 / 200, 302 / 283, 311 / 305; with dK
+// before the dS barrier (dK overlapping the barrier instead of the dQ tile store) 250 / 195,
+// 292 / 272, 301 / 295; the loop before (S^T, dP^T in one group, dQ by atomics from registers)
+// 252 / 198, 296 / 280, 305 / 300. (Keeping dQ_i in flight into the next step's S^T, dP^T was
+// serialized by ptxas, C7514: it does not follow wgmma groups across the loop's back edge.)
+// Tried and slower (H200, x SDPA FLASH at D = 128 over S = 512..16k, this loop 0.89-1.03): an
+// FA3-style ping-pong, the warpgroups decoupled (Q_i / dO_i ring of 2 or 3 slots on full / empty
+// mbarriers filled by cp.async.mbarrier.arrive, named barriers alternating their S^T, dP^T
+// issue as in flashc_sm90_fwd.cuh, each warpgroup adding dQ over its own 64 keys) ran
+// 0.78-0.89x; the same with no dq_acc reduction at all (dQ wrong, timing only) 1.10-1.15x, so
+// the doubled dq_acc traffic, not the schedule, sank it (without the named barriers: 0.77-0.81x);
+// summing the two partials in a shared tile first (handed over by mbarriers) 0.79-0.84x, and
+// racecheck flagged it. At D = 64 every variant ran 0.66-0.73x FLASH against 0.82-0.88x for the
+// mma.sync kernel.
 // Shared-memory tiles use the 128-byte swizzle of wgmma (HOPPER-NOTES 2.2, 8.4): a ROWS x D tile
 // is D / 64 column blocks of ROWS x 64 elements, 128 bytes per row, 16-byte chunk j of row r at
 // chunk j ^ (r & 7); every tile starts on a 1024-byte boundary, so base_offset stays 0.
@@ -112,18 +132,20 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
     }
 }
 
-// S^T (keys x queries, raw k.q) -> P^T = exp2(S scale log2e - lse2_q) (0 where masked), and
-// dP^T (v.dO) -> dS^T = P^T (dP^T - D_q) (times 1 - tanh^2 under softcap), in place, in the m64n64
-// accumulator layout: element i of this thread is key kr0 + 8 ((i >> 1) & 1), query
-// q0 + 8 (i >> 2) + (i & 1). l2 / dl: lse2 and D of query q0 + 8 j + e at index 2 j + e.
+// S^T (keys x queries, raw k.q) -> P^T = exp2(S scale log2e - lse2_q) (0 where masked), in place
+// as P^T dsf (dsf = 1 - tanh^2 under softcap, else 1: what dS^T needs), and P^T packed as the A
+// fragments of dV += P^T dO_i. The m64n64 accumulator layout: element i of this thread is key
+// kr0 + 8 ((i >> 1) & 1), query q0 + 8 (i >> 2) + (i & 1); l2: lse2 of query q0 + 8 j + e at
+// index 2 j + e; A fragment k4 (queries 16 k4 ..) register r = elements 8 k4 + 2 r, + 1.
 // The same math as bwd_p_ds_tile of flashc_cuda_bwd.cuh, transposed.
-template <bool TRANSFORM>
-static __device__ __forceinline__ void sm90_p_ds(float (&S)[32], float (&dP)[32], const flashc_cuda_attn &a,
-                                                 const flashc_cuda_seq &s, const float (&l2)[16], const float (&dl)[16],
-                                                 int kr0, int q0, float slope, bool masked) {
+template <typename T, bool TRANSFORM>
+static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][4], const flashc_cuda_attn &a,
+                                              const flashc_cuda_seq &s, const float (&l2)[16], int kr0, int q0,
+                                              float slope, bool masked) {
     const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < 8; j++) {
+        float P[2][2]; // [hh][e]
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int q = q0 + 8 * j + e;
@@ -147,11 +169,28 @@ static __device__ __forceinline__ void sm90_p_ds(float (&S)[32], float (&dP)[32]
                     y -= slope * fabsf((float)(diag - key));
                     x = y * FLASHC_LOG2E;
                 }
-                float P = ex2(fmaf(x, sl2, -l2[2 * j + e]));
-                if (key < lo || key >= hi) P = 0.f;
-                S[i] = P;
-                dP[i] = P * (dP[i] - dl[2 * j + e]) * dsf;
+                float Pv = ex2(fmaf(x, sl2, -l2[2 * j + e]));
+                if (key < lo || key >= hi) Pv = 0.f;
+                P[hh][e] = Pv;
+                S[i] = Pv * dsf;
             }
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) aP[j >> 1][2 * (j & 1) + hh] = pack2<T>(P[hh][0], P[hh][1]);
+    }
+}
+
+// dS^T = P^T dsf (dP^T - D_q) from sm90_p's S and dP^T (v.dO), packed as the A fragments of
+// dK += dS^T Q_i (layouts as sm90_p; dl: D of query q0 + 8 j + e at index 2 j + e).
+template <typename T>
+static __device__ __forceinline__ void sm90_ds(const float (&S)[32], const float (&dP)[32], const float (&dl)[16],
+                                               uint32_t (&adS)[4][4]) {
+#pragma unroll
+    for (int k4 = 0; k4 < 4; k4++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int i = 8 * k4 + 2 * r, j = 2 * k4 + (r >> 1);
+            adS[k4][r] = pack2<T>(S[i] * (dP[i] - dl[2 * j]), S[i + 1] * (dP[i + 1] - dl[2 * j + 1]));
         }
 }
 
@@ -162,31 +201,39 @@ static __device__ __forceinline__ void sm90_p_ds(float (&S)[32], float (&dP)[32]
 
 #define FLASHC_SM90_BWD_BM 64
 
+// dQ_i tiles in shared memory (fp32 [BM][D + 8]; the 8 floats of padding put the rows g = 0..3 of
+// an accumulator store on different banks): one shared by the warpgroups when they split the
+// columns (2 warpgroups, D >= 128), else one per warpgroup.
+static constexpr __host__ __device__ int flashc_sm90_bwd_dq_tiles(int D, int NWG) { return NWG == 2 && D >= 128 ? 1 : NWG; }
+
 // Shared memory (bytes, from a 1024-aligned base) with NWG warpgroups (BN = 64 NWG keys):
-// K_j, V_j [BN x D]; Q_i, dO_i [2][BM x D]; dS^T [BN x BM]; lse2_i, D_i [2][BM] fp32; + 1024 to align.
+// K_j, V_j [BN x D]; Q_i, dO_i [2][BM x D]; dS^T [BN x BM]; lse2_i, D_i [2][BM] fp32; the dQ_i
+// tiles; + 1024 to align.
 static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG) {
     return 2 * 64 * NWG * D * 2 + 4 * FLASHC_SM90_BWD_BM * D * 2 + 64 * NWG * FLASHC_SM90_BWD_BM * 2 +
-           4 * FLASHC_SM90_BWD_BM * 4 + 1024;
+           4 * FLASHC_SM90_BWD_BM * 4 + flashc_sm90_bwd_dq_tiles(D, NWG) * FLASHC_SM90_BWD_BM * (D + 8) * 4 + 1024;
 }
 
-// NWG = 2: 256 threads, BN = 128, one CTA per SM (250 registers at D = 128). NWG = 1: 128 threads,
+// NWG = 2: 256 threads, BN = 128, one CTA per SM (253 registers at D = 128). NWG = 1: 128 threads,
 // BN = 64, two CTAs per SM (their independent phases could overlap one's exp / atomics with the
-// other's wgmma); it passed the same tests but ran 0.6-0.8x as fast (launcher), so it is unused.
+// other's wgmma); it passed the same tests but ran 0.6-0.8x as fast (launcher), so it is unused
+// (and at D = 128 it would now need two dQ column blocks per warpgroup).
 template <typename T, int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64 * NWG, NTHREADS = 128 * NWG;
     constexpr bool BF16 = flashc_is_bf16<T>::value;
     // dQ_i: with 2 warpgroups and D = 128, warpgroup w adds columns 64w.. over all BN keys
-    // (ALLKEYS); otherwise each warpgroup adds D / 64 column blocks, one after another, over its own
-    // 64 keys
+    // (ALLKEYS); otherwise each warpgroup adds all D = 64 columns over its own 64 keys
     constexpr bool ALLKEYS = NWG == 2 && D >= 128;
-    constexpr int NQH = ALLKEYS ? 1 : D / 64;
+    static_assert(ALLKEYS || D == 64, "one 64-column dQ block per warpgroup");
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + 2 * TILE_Q;
     constexpr int OFF_DS = OFF_DO + 2 * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + 2 * BM * 4;
+    constexpr int OFF_DQ = OFF_L + 4 * BM * 4, LDQ = D + 8; // fp32 dQ_i tiles, row stride LDQ floats
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(OFF_L + 4 * BM * 4 + 1024 == flashc_sm90_bwd_smem(D, NWG), "smem layout");
+    static_assert(OFF_DQ + flashc_sm90_bwd_dq_tiles(D, NWG) * BM * LDQ * 4 + 1024 == flashc_sm90_bwd_smem(D, NWG),
+                  "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
 
     const uint32_t raw = smem_u32(flashc_smem);
@@ -242,7 +289,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             cp_async_commit();
             const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
 
-            // S^T = K_w Q_i^T, dP^T = V_w dO_i^T       (Alg. 2 lines 10, 12), K = D in steps of 16
+            // S^T = K_w Q_i^T, dP^T = V_w dO_i^T       (Alg. 2 lines 10, 12), K = D in steps of 16,
+            // two groups: P^T is computed while dP^T is still on the tensor cores
             float S[32], dP[32];
             wgmma_fence();
 #pragma unroll
@@ -251,6 +299,7 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                 const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
                 wgmma_ss_m64n64<BF16, 0, 0>(S, sm90_desc(sK + ko, 16, 1024), sm90_desc(sQs + qo, 16, 1024), kk);
             }
+            wgmma_commit();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
@@ -258,11 +307,7 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                 wgmma_ss_m64n64<BF16, 0, 0>(dP, sm90_desc(sV + ko, 16, 1024), sm90_desc(sdOs + qo, 16, 1024), kk);
             }
             wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(S);
-            reg_fence(dP);
 
-            // P^T, dS^T                                 (lines 11, 14)
             float l2[16], dl[16];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -276,20 +321,24 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             const int mm_last = min(mm0 + BM, s.sq) - 1;
             const bool masked = !(nw0 >= key_lo(p.a, mm_last, s.sq, s.sk) && nw0 + 64 <= key_hi(p.a, mm0, s.sq, s.sk));
             const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
-            if (p.a.transform) sm90_p_ds<true>(S, dP, p.a, s, l2, dl, kr0, mm0 + 2 * c, slope, masked);
-            else sm90_p_ds<false>(S, dP, p.a, s, l2, dl, kr0, mm0 + 2 * c, slope, masked);
 
-            // the accumulators as A fragments: k-step k4 (queries 16 k4 ..) is elements 8 k4 .. 8 k4 + 7
+            // P^T (line 11), then dV_w += P^T dO_i (line 13) while dP^T finishes
+            wgmma_wait<1>();
+            reg_fence(S);
             uint32_t aP[4][4], adS[4][4];
+            if (p.a.transform) sm90_p<T, true>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
+            else sm90_p<T, false>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
+            wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    aP[k4][r] = pack2<T>(S[8 * k4 + 2 * r], S[8 * k4 + 2 * r + 1]);
-                    adS[k4][r] = pack2<T>(dP[8 * k4 + 2 * r], dP[8 * k4 + 2 * r + 1]);
-                }
-            // dS^T -> shared memory ([key][query], swizzled) for dQ: register r of k-step k4 is key
-            // row + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
+            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024));
+            wgmma_commit();
+
+            // dS^T (line 14) -> registers for dK_w += dS^T Q_i (line 16; scale applied at the end)
+            // and shared memory ([key][query], swizzled) for dQ: register r of k-step k4 is key row
+            // + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
+            wgmma_wait<1>();
+            reg_fence(dP);
+            sm90_ds<T>(S, dP, dl, adS);
 #pragma unroll
             for (int k4 = 0; k4 < 4; k4++)
 #pragma unroll
@@ -298,55 +347,57 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                     *(uint32_t *)(sbase + OFF_DS + row * 128 + ((chunk ^ g) << 4) + 4 * c) = adS[k4][r];
                 }
             fence_proxy_async_smem();
+            bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
+            __syncthreads();     // dS^T of every warpgroup is in shared memory
 
-            // dV_w += P^T dO_i, dK_w += dS^T Q_i      (lines 13, 16; scale applied at the end)
+            // dQ_i += dS K_j                           (line 15), columns 64 cb .. 64 cb + 63, through
+            // the shared dQ tile and one bulk reduction per row into dq_acc; dK_w behind it
+            float *acc = p.dq_acc + (ws_row(p, b, h, s) + mm0) * (int64_t)D; // padded rows absorb i >= sq
+            float *sdQ = (float *)(sbase + OFF_DQ) + (ALLKEYS ? 0 : wg * BM * LDQ);
+            const int cb = ALLKEYS ? wg : 0;
+            float dQ[32];
             wgmma_fence();
+            if (ALLKEYS) {
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024));
+                for (int kk = 0; kk < BN / 16; kk++)
+                    wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + kk * 2048, BN * 128, 1024),
+                                                sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
+                                                sm90_desc(sK + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
+            }
+            wgmma_commit();
+            wgmma_fence();
 #pragma unroll
             for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024));
             wgmma_commit();
-            __syncthreads(); // dS^T of every warpgroup is in shared memory
-
-            // dQ_i += dS K_j                           (line 15), 64 columns (block cb) at a time
-            float *acc = p.dq_acc + (ws_row(p, b, h, s) + mm0) * (int64_t)D; // padded rows absorb i >= sq
+            wgmma_wait<1>();
+            reg_fence(dQ);
 #pragma unroll
-            for (int qh = 0; qh < NQH; qh++) {
-                const int cb = ALLKEYS ? wg : qh;
-                float dQ[32];
-                wgmma_fence();
-                if (ALLKEYS) {
+            for (int j = 0; j < 8; j++)
 #pragma unroll
-                    for (int kk = 0; kk < BN / 16; kk++)
-                        wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + kk * 2048, BN * 128, 1024),
-                                                    sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
-                } else {
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++)
-                        wgmma_ss_m64n64<BF16, 1, 1>(
-                            dQ, sm90_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
-                            sm90_desc(sK + cb * (BN * 128) + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
-                }
-                wgmma_commit();
-                wgmma_wait<0>();
-                reg_fence(dQ);
-                reg_fence(dK);
-                reg_fence(dV);
-                const int col0 = cb * 64 + 2 * c;
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        float *dst = acc + (wl * 16 + g + 8 * hh) * D + col0 + 8 * j;
-                        atomicAdd((float2 *)dst, make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]));
-                    }
+                for (int hh = 0; hh < 2; hh++)
+                    *(float2 *)(sdQ + (wl * 16 + g + 8 * hh) * LDQ + cb * 64 + 8 * j + 2 * c) =
+                        make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]);
+            fence_proxy_async_smem();
+            bar_sync(1 + wg, 128); // this warpgroup's dQ columns are in the tile
+            if ((tid & 127) < BM) {
+                const int r = tid & 127, c0 = ALLKEYS ? wg * 64 : 0;
+                bulk_reduce_add_f32(acc + r * D + c0, smem_u32(sdQ + r * LDQ + c0), 64 * 4);
+                bulk_commit();
             }
+            wgmma_wait<0>(); // dK_w: Q_i is free for the load of step it + 2
+            reg_fence(dK);
+            reg_fence(dV);
         }
     }
 
     // --- epilogue: dK_j = scale dK_j, dV_j -> smem ([BN][D + 8], over K_j, V_j) -> global, all BN
     //     rows the sequence owns (keys nobody saw get 0) ----------------------------------------
     cp_async_wait<0>();
+    bulk_wait_all(); // the dQ reductions are done reading shared memory (and writing dq_acc)
     __syncthreads();
     uint16_t *stK = (uint16_t *)sbase, *stV = stK + BN * (D + 8);
 #pragma unroll
