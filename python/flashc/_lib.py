@@ -144,7 +144,8 @@ def _packer(struct_type, stop):
 # batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, scale, softcap, causal, window_left,
 # window_right, use_window, alibi_slopes, alibi_batch_stride, deterministic, 8 x 3 strides,
 # cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, block_table_stride, page_size, num_pages
-DESC_PACK = _packer(AttnDesc, "reserved")
+# (the e4m3 descales after them stay 0, i.e. 1)
+DESC_PACK = _packer(AttnDesc, "q_descale")
 
 
 # ------------------------------------------------------------------------------------------------
