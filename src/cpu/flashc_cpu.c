@@ -108,20 +108,24 @@ static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
 // Workspace layout (every piece 64-byte aligned):
 //   blk_off   int64 (B + 1)   prefix sums of the query blocks per sequence (ceil(sq_b / FWD_BR))
 //   scratch   n_threads slices of flashc__cpu_fwd_carve bytes: Q_i^T, O_i^T, S_ij^T, m_i, l_i, ...
-// At D = 128: 257 KiB a thread (0.5 MiB in all at 2 threads). Nothing scales with the sequence
-// length; blk_off scales with the batch.
+//             and the thread's key block cache of kv_slots slots
+// At D = 128: 257 KiB a thread plus 72 KiB per cache slot, one slot per 64 keys of seqlen_k up to
+// 32 MiB for all threads together (4.8 MiB a thread at seqlen 4096): O(seqlen_k), bounded.
+// blk_off scales with the batch.
 
 typedef struct fwd_layout {
     int64_t *blk_off;
     char *scratch;
     size_t slice, total;
+    int64_t kv_slots;
 } fwd_layout;
 
 static fwd_layout fwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void *ws) {
     fwd_layout L;
     size_t off = 0;
     L.blk_off = flashc__cpu_take(ws, &off, sizeof(int64_t) * ((size_t)p->B + 1));
-    L.slice = flashc__cpu_fwd_carve(p, NULL, NULL);
+    L.kv_slots = flashc__cpu_fwd_kv_slots(p, ctx->n_threads);
+    L.slice = flashc__cpu_fwd_carve(p, L.kv_slots, NULL, NULL);
     L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
     L.total = off;
     return L;
@@ -151,7 +155,7 @@ static void fwd_chunk(void *arg, int64_t c, int thread) {
     const int64_t g = n_blk - 1 - c % n_blk;
     const int b = find_seq(J->L.blk_off, p->B, g);
     const int64_t i0 = (g - J->L.blk_off[b]) * FLASHC_CPU_FWD_BR;
-    J->k->fwd_qblock(p, J->a, b, h, i0, J->L.scratch + J->L.slice * (size_t)thread);
+    J->k->fwd_qblock(p, J->a, b, h, i0, J->L.kv_slots, J->L.scratch + J->L.slice * (size_t)thread);
 }
 
 static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
@@ -160,6 +164,11 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     // through the block table; correct for any seqlen_q, though not at this kernel's speed.
     if (p->block_table) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
     fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws)};
+    for (int t = 0; t < ctx->n_threads; t++) { // every thread's key block cache starts empty
+        flashc_cpu_fwd_scratch sc;
+        flashc__cpu_fwd_carve(p, J.L.kv_slots, J.L.scratch + J.L.slice * (size_t)t, &sc);
+        for (int64_t i = 0; i < sc.n_slots; i++) sc.tag[i] = -1;
+    }
     J.L.blk_off[0] = 0;
     for (int b = 0; b < p->B; b++)
         J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);

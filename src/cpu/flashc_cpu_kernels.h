@@ -32,10 +32,30 @@ static inline const void *key_ptr(const flashc_problem *p, const void *base, con
 // lse: fp32 (B, H, Sq) or (H, total_q), may be NULL. Key blocks outside every row's mask range are
 // never visited; only blocks that some row sees in part are masked element by element.
 
+// K_j, V_j (block jb = j0 / FWD_BC of sequence b, kv head kvh; all its min(FWD_BC, sk - j0) rows)
+// into the tiles t->K, t->V, through the thread's cache: on a miss the input rows are read into
+// slot min(jb, n_slots - 1) (f16/bf16 widened here, once per load), on a hit the slot is copied
+// (dense: 72 KiB at D = 128). tag: the block's cache tag.
+static void kv_load_block(flashc_cpu_fwd_scratch *t, const flashc_problem *p, const flashc_fwd_args *a, int b,
+                          const flashc_seq *s, int kvh, int64_t j0, int64_t tag) {
+    const int64_t D = p->D, n = min64(FLASHC_CPU_FWD_BC, s->sk - j0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
+    const int64_t slot = min64(j0 / FLASHC_CPU_FWD_BC, t->n_slots - 1);
+    float *Kc = t->Kc + slot * FLASHC_CPU_FWD_BC * ld, *Vc = t->Vc + slot * FLASHC_CPU_FWD_BC * ld;
+    if (t->tag[slot] != tag) {
+        const flashc_dtype dt = p->dtype;
+        const size_t es = flashc__dtype_size(dt);
+        tile_load_rows(Kc, ld, key_ptr(p, a->k, p->k_stride, b, s, j0, kvh, es), p->k_stride[1], n, D, dt, 1.0f);
+        tile_load_rows(Vc, ld, key_ptr(p, a->v, p->v_stride, b, s, j0, kvh, es), p->v_stride[1], n, D, dt, 1.0f);
+        t->tag[slot] = tag;
+    }
+    memcpy(t->K, Kc, sizeof(float) * (size_t)(n * ld));
+    memcpy(t->V, Vc, sizeof(float) * (size_t)(n * ld));
+}
+
 static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
-                       void *scratch) {
+                       int64_t kv_slots, void *scratch) {
     flashc_cpu_fwd_scratch t;
-    flashc__cpu_fwd_carve(p, scratch, &t);
+    flashc__cpu_fwd_carve(p, kv_slots, scratch, &t);
     const flashc_seq s = flashc__seq(p, b);
     const int64_t D = p->D, nq = min64(BRF, s.sq - i0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
     const int kvh = h / p->group;
@@ -70,19 +90,28 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     const int64_t diag_off = (int64_t)s.sk - s.sq;
     float *m_old = t.m, *m_new = t.m_new;
 
-    for (int64_t j0 = kv_lo; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
-        const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0);
-        // Alg. 1 line 8: load K_j, V_j into fp32 tiles (f16/bf16 widened here, once per load)
-        tile_load_rows(t.K, ld, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1], nk, D, dt, 1.0f);
-        tile_load_rows(t.V, ld, key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk, D, dt, 1.0f);
-        // K_{j+1}, V_{j+1} arrive while this block computes: all their rows, not just the first
-        // ROW_PREFETCH; each row sits in its own 4 KiB page at H * D * es apart (8 KiB at H = 16,
-        // D = 128, fp32), and asking early hid enough of that to run 16% faster on one thread.
-        if (j0 + FLASHC_CPU_FWD_BC < kv_hi) {
-            const int64_t j1 = j0 + FLASHC_CPU_FWD_BC, n1 = min64(FLASHC_CPU_FWD_BC, kv_hi - j1);
-            const int64_t row_bytes = D * (int64_t)es;
-            tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
-            tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
+    // Key blocks start at multiples of FWD_BC, the cache's unit; keys of the first block before
+    // kv_lo are masked like any boundary block's.
+    const int64_t tag0 = ((int64_t)b * p->H_kv + kvh) * ceil_div(p->Sk, FLASHC_CPU_FWD_BC);
+    for (int64_t j0 = kv_lo / FLASHC_CPU_FWD_BC * FLASHC_CPU_FWD_BC; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
+        const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0), jb = j0 / FLASHC_CPU_FWD_BC;
+        kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb); // Alg. 1 line 8: load K_j, V_j
+        // K_{j+1}, V_{j+1} arrive while this block computes. From the input: all their rows, not
+        // just tile_load_rows' first ROW_PREFETCH, since each row sits in its own 4 KiB page at
+        // H = 16 and asking early hid enough of that to run 16% faster on one thread. From the
+        // cache: its dense slot.
+        const int64_t j1 = j0 + FLASHC_CPU_FWD_BC;
+        if (j1 < kv_hi) {
+            const int64_t n1 = min64(FLASHC_CPU_FWD_BC, s.sk - j1), slot1 = min64(jb + 1, t.n_slots - 1);
+            if (t.tag[slot1] != tag0 + jb + 1) {
+                const int64_t row_bytes = D * (int64_t)es;
+                tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
+                tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
+            } else {
+                const int64_t bytes = n1 * ld * (int64_t)sizeof(float);
+                tile_prefetch_rows(t.Kc + slot1 * FLASHC_CPU_FWD_BC * ld, 0, 1, 1, bytes);
+                tile_prefetch_rows(t.Vc + slot1 * FLASHC_CPU_FWD_BC * ld, 0, 1, 1, bytes);
+            }
         }
         tile_qkT(t.ST, t.K, ld, t.QT, nk, D);                             // S_ij = Q_i K_j^T
         if (p->softcap > 0) tile_softcap(t.ST, NULL, nk * BRF, p->softcap, LOG2E); // cap * tanh(S / cap)
