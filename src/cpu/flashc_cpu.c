@@ -106,7 +106,7 @@ static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
 // forward
 //
 // Workspace layout (every piece 64-byte aligned):
-//   blk_off   int64 (B + 1)   prefix sums of the query blocks per sequence (ceil(sq_b / FWD_BR))
+//   blk_off   int64 (B + 1)   prefix sums of the chunks per sequence (ceil(ceil(sq_b / FWD_BR) / G))
 //   scratch   n_threads slices of flashc__cpu_fwd_carve bytes: Q_i^T, O_i^T, S_ij^T, m_i, l_i, ...
 //             and the thread's key block cache of kv_slots slots
 // At D = 128: 257 KiB a thread plus 72 KiB per cache slot, one slot per 64 keys of seqlen_k up to
@@ -141,21 +141,29 @@ typedef struct fwd_job {
     const flashc_fwd_args *a;
     const flashc_cpu_kernels *k;
     fwd_layout L;
+    int64_t G; // query blocks per chunk
 } fwd_job;
 
-// Chunk c is one query block of one (b, h). Heads go one after the other, so threads at work at
-// the same time read the same K and V (one fetch from DRAM into L3 serves both); within a head the
-// last blocks of the last sequence come first, since under a causal mask they see the most keys
-// (largest first balances the threads' loads).
+// The forward's chunks per thread: at least this many (unless there are fewer query blocks), so
+// the threads' loads balance.
+#define FWD_CHUNKS_PER_THREAD 8
+
+// Chunk c is up to G consecutive query blocks of one (b, h): the thread that runs them reads that
+// head's strided K/V rows into its cache once for all of them (at 2 threads, H = 16: a whole head
+// at B = 1, seqlen 4096, and at B = 8, seqlen 512). Heads go one after the other; within
+// a head the last chunks of the last sequence come first, since under a causal mask they see the
+// most keys (largest first balances the threads' loads).
 static void fwd_chunk(void *arg, int64_t c, int thread) {
     const fwd_job *J = arg;
     const flashc_problem *p = J->p;
-    const int64_t n_blk = J->L.blk_off[p->B];
-    const int h = (int)(c / n_blk);
-    const int64_t g = n_blk - 1 - c % n_blk;
+    const int64_t n_chk = J->L.blk_off[p->B];
+    const int h = (int)(c / n_chk);
+    const int64_t g = n_chk - 1 - c % n_chk;
     const int b = find_seq(J->L.blk_off, p->B, g);
-    const int64_t i0 = (g - J->L.blk_off[b]) * FLASHC_CPU_FWD_BR;
-    J->k->fwd_qblock(p, J->a, b, h, i0, J->L.kv_slots, J->L.scratch + J->L.slice * (size_t)thread);
+    const int64_t k = g - J->L.blk_off[b], n_blk = ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+    for (int64_t i = k * J->G; i < min64(n_blk, (k + 1) * J->G); i++)
+        J->k->fwd_qblock(p, J->a, b, h, i * FLASHC_CPU_FWD_BR, J->L.kv_slots,
+                         J->L.scratch + J->L.slice * (size_t)thread);
 }
 
 static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
@@ -163,15 +171,18 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     // Paged K/V goes through the decode kernel (flashc_cpu_decode.c), which reads K_j, V_j rows
     // through the block table; correct for any seqlen_q, though not at this kernel's speed.
     if (p->block_table) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
-    fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws)};
+    fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws), 1};
     for (int t = 0; t < ctx->n_threads; t++) { // every thread's key block cache starts empty
         flashc_cpu_fwd_scratch sc;
         flashc__cpu_fwd_carve(p, J.L.kv_slots, J.L.scratch + J.L.slice * (size_t)t, &sc);
         for (int64_t i = 0; i < sc.n_slots; i++) sc.tag[i] = -1;
     }
+    int64_t n_blk = 0;
+    for (int b = 0; b < p->B; b++) n_blk += ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+    J.G = max64(1, n_blk * p->H / (FWD_CHUNKS_PER_THREAD * (int64_t)ctx->n_threads));
     J.L.blk_off[0] = 0;
     for (int b = 0; b < p->B; b++)
-        J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+        J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR), J.G);
     flashc__pool_run(st->pool, fwd_chunk, &J, J.L.blk_off[p->B] * p->H);
     return FLASHC_OK;
 }

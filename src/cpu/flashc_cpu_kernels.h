@@ -58,6 +58,7 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     flashc__cpu_fwd_carve(p, kv_slots, scratch, &t);
     const flashc_seq s = flashc__seq(p, b);
     const int64_t D = p->D, nq = min64(BRF, s.sq - i0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
+    const int64_t nl = ceil_div(nq, FWD_LANES) * FWD_LANES; // the lanes the steps compute
     const int kvh = h / p->group;
     const flashc_dtype dt = p->dtype;
     const size_t es = flashc__dtype_size(dt);
@@ -96,31 +97,25 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     for (int64_t j0 = kv_lo / FLASHC_CPU_FWD_BC * FLASHC_CPU_FWD_BC; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
         const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0), jb = j0 / FLASHC_CPU_FWD_BC;
         kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb); // Alg. 1 line 8: load K_j, V_j
-        // K_{j+1}, V_{j+1} arrive while this block computes. From the input: all their rows, not
-        // just tile_load_rows' first ROW_PREFETCH, since each row sits in its own 4 KiB page at
-        // H = 16 and asking early hid enough of that to run 16% faster on one thread. From the
-        // cache: its dense slot.
+        // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
+        // their rows, not just tile_load_rows' first ROW_PREFETCH, since each row sits in its own
+        // 4 KiB page at H = 16 and asking early hid enough of that to run 16% faster on one
+        // thread. (Prefetching a cached block's dense slot as well made no measurable difference.)
         const int64_t j1 = j0 + FLASHC_CPU_FWD_BC;
-        if (j1 < kv_hi) {
-            const int64_t n1 = min64(FLASHC_CPU_FWD_BC, s.sk - j1), slot1 = min64(jb + 1, t.n_slots - 1);
-            if (t.tag[slot1] != tag0 + jb + 1) {
-                const int64_t row_bytes = D * (int64_t)es;
-                tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
-                tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
-            } else {
-                const int64_t bytes = n1 * ld * (int64_t)sizeof(float);
-                tile_prefetch_rows(t.Kc + slot1 * FLASHC_CPU_FWD_BC * ld, 0, 1, 1, bytes);
-                tile_prefetch_rows(t.Vc + slot1 * FLASHC_CPU_FWD_BC * ld, 0, 1, 1, bytes);
-            }
+        if (j1 < kv_hi && t.tag[min64(jb + 1, t.n_slots - 1)] != tag0 + jb + 1) {
+            const int64_t n1 = min64(FLASHC_CPU_FWD_BC, s.sk - j1), row_bytes = D * (int64_t)es;
+            tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
+            tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
         }
-        tile_qkT(t.ST, t.K, ld, t.QT, nk, D);                             // S_ij = Q_i K_j^T
-        if (p->softcap > 0) tile_softcap(t.ST, NULL, nk * BRF, p->softcap, LOG2E); // cap * tanh(S / cap)
-        if (slope2 != 0.0f) tile_alibi_kq(t.ST, nk, i0, j0, diag_off, slope2); // - slope |i - j|
+        tile_qkT(t.ST, t.K, ld, t.QT, nk, nl, D); // S_ij = Q_i K_j^T
+        if (p->softcap > 0) // cap * tanh(S / cap)
+            for (int64_t c = 0; c < nk; c++) tile_softcap(t.ST + c * BRF, NULL, nl, p->softcap, LOG2E);
+        if (slope2 != 0.0f) tile_alibi_kq(t.ST, nk, nl, i0, j0, diag_off, slope2); // - slope |i - j|
         if (!(max_lo <= j0 && j0 + nk <= min_hi)) tile_mask_kq(t.ST, nk, j0, t.lo, t.hi, nq); // boundary block
-        tile_rowmax(m_new, t.m_use, t.ST, m_old, nk); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
-        tile_alpha(t.alpha, m_old, t.m_use);          // alpha = 2^(m_i^{j-1} - m_i^j)
-        tile_exp_rowsum(t.ST, t.l, t.m_use, t.alpha, nk); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
-        tile_pv_acc(t.OT, t.alpha, t.ST, t.V, ld, nk, D); // O_i = diag(alpha) O_i + P_ij V_j
+        tile_rowmax(m_new, t.m_use, t.ST, m_old, nk, nl); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
+        tile_alpha(t.alpha, m_old, t.m_use, nl);          // alpha = 2^(m_i^{j-1} - m_i^j)
+        tile_exp_rowsum(t.ST, t.l, t.m_use, t.alpha, nk, nl); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
+        tile_pv_acc(t.OT, t.alpha, t.ST, t.V, ld, nk, nl, D); // O_i = diag(alpha) O_i + P_ij V_j
         float *swap = m_old;
         m_old = m_new;
         m_new = swap;
