@@ -210,8 +210,10 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 //   dk_sum    fp32 CAPK x D   GQA sums of dK over the group's heads (group > 1 only)
 //   dv_sum    fp32 CAPK x D   same for dV
 //   scratch   n_threads slices of flashc__cpu_bwd_carve bytes: K_j^T, V_j^T, dK_j^T, dV_j^T, ...
+//             and the thread's Q_i, dO_i cache of q_slots slots
 // with CAPQ = max(Sq, min(4096, total_q)), CAPK likewise, Dp = D rounded up to 32. At B = 1, H = 8,
-// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 slots x 16 MiB + scratch 0.7 MiB.
+// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 slots x 16 MiB + scratch 0.7 MiB + the
+// Q_i, dO_i caches 32 MiB (9 MiB at Sq = 4096).
 
 typedef struct bwd_layout {
     float *Di;
@@ -220,6 +222,7 @@ typedef struct bwd_layout {
     char *scratch;
     size_t slice, total;
     int64_t capq, capk, part_stride; // part_stride: floats per slot partial (CAPQ * Dp_max)
+    int64_t q_slots;                 // slots of each thread's Q_i, dO_i cache
     int n_slots;
 } bwd_layout;
 
@@ -242,7 +245,8 @@ static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     const size_t sum = p->group > 1 ? (size_t)L.capk * (size_t)p->D * f : 0;
     L.dk_sum = flashc__cpu_take(ws, &off, sum);
     L.dv_sum = flashc__cpu_take(ws, &off, sum);
-    L.slice = flashc__cpu_bwd_carve(p, NULL, NULL);
+    L.q_slots = flashc__cpu_bwd_q_slots(p, ctx->n_threads);
+    L.slice = flashc__cpu_bwd_carve(p, L.q_slots, NULL, NULL);
     L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
     L.total = off;
     return L;
@@ -300,7 +304,7 @@ static void bwd_slot_chunk(void *arg, int64_t c, int thread) {
         .b = b, .h = J->h, .Di = J->L.Di, .dq_acc = part, .dq_ld = J->Dp,
         .dk_acc = p->group > 1 ? J->L.dk_sum + J->L.k_off[wb] * p->D : NULL,
         .dv_acc = p->group > 1 ? J->L.dv_sum + J->L.k_off[wb] * p->D : NULL,
-        .first_head = J->first_head, .last_head = J->last_head,
+        .first_head = J->first_head, .last_head = J->last_head, .q_slots = J->L.q_slots,
     };
     void *scratch = J->L.scratch + J->L.slice * (size_t)thread;
     for (int64_t j0 = (int64_t)slot * FLASHC_CPU_BWD_BC; j0 < s.sk; j0 += (int64_t)J->n_slots * FLASHC_CPU_BWD_BC) {
@@ -346,6 +350,11 @@ static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
 static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a) {
     cpu_state *st = ctx->priv;
     bwd_job J = {.p = p, .a = a, .k = st->k, .L = bwd_carve(ctx, p, a->ws)};
+    for (int t = 0; t < ctx->n_threads; t++) { // every thread's Q_i, dO_i cache starts empty
+        flashc_cpu_bwd_scratch sc;
+        flashc__cpu_bwd_carve(p, J.L.q_slots, J.L.scratch + J.L.slice * (size_t)t, &sc);
+        for (int64_t i = 0; i < sc.n_slots; i++) sc.tag[i] = -1;
+    }
     J.n_slots = J.L.n_slots;
     J.Dp = (int64_t)flashc__cpu_round_up((size_t)p->D, (size_t)st->k->dp_align);
 

@@ -20,6 +20,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #define W FLASHC_VF32_W
 
@@ -135,6 +136,22 @@ static void tile_load_rows(float *restrict dst, int64_t ld, const void *src, int
         }
         for (; d < D; d++) o[d] = mult * flashc__load(src, r * rs + d, t);
     }
+}
+
+// dst0, dst1 (n rows, row stride ld) = fp32 copies of the input rows src0, src1 (row strides rs0,
+// rs1, dtype t), through one slot of a thread's row cache, c0, c1, whose *slot_tag names the block
+// it holds: on a miss (*slot_tag != tag) the input rows are read (f16/bf16 widened) into the slot,
+// on a hit the slot is copied, densely (a slot's rows are contiguous, the input's may be pages apart).
+static void tile_load_rows_cached(float *restrict dst0, float *restrict dst1, float *restrict c0, float *restrict c1,
+                                  int64_t *slot_tag, int64_t tag, const void *src0, int64_t rs0, const void *src1,
+                                  int64_t rs1, int64_t n, int64_t D, int64_t ld, flashc_dtype t) {
+    if (*slot_tag != tag) {
+        tile_load_rows(c0, ld, src0, rs0, n, D, t, 1.0f);
+        tile_load_rows(c1, ld, src1, rs1, n, D, t, 1.0f);
+        *slot_tag = tag;
+    }
+    memcpy(dst0, c0, sizeof(float) * (size_t)(n * ld));
+    memcpy(dst1, c1, sizeof(float) * (size_t)(n * ld));
 }
 
 // Ask for the first rows of the next block's tile load (tile_load_rows asks for the rest itself):
