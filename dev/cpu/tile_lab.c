@@ -48,17 +48,17 @@ int main(void) {
     const double flop = 2.0 * BC * D * BRF; // one of the two products of a key block
 
     double t0 = thread_s();
-    for (int r = 0; r < N; r++) tile_qkT(ST, K, D, QT, BC, D);
+    for (int r = 0; r < N; r++) tile_qkT(ST, K, D, QT, BC, BRF, D);
     const double t_qk = (thread_s() - t0) / N;
     t0 = thread_s();
-    for (int r = 0; r < N; r++) tile_pv_acc(OT, alpha, ST, V, D, BC, D);
+    for (int r = 0; r < N; r++) tile_pv_acc(OT, alpha, ST, V, D, BC, BRF, D);
     const double t_pv = (thread_s() - t0) / N;
     for (int i = 0; i < BC * BRF; i++) ST[i] = (float)(i % 17) * 0.1f;
     t0 = thread_s();
     for (int r = 0; r < N; r++) {
-        tile_rowmax(m_new, m_use, ST, m_old, BC);
-        tile_alpha(alpha, m_old, m_use);
-        tile_exp_rowsum(ST, l, m_use, alpha, BC);
+        tile_rowmax(m_new, m_use, ST, m_old, BC, BRF);
+        tile_alpha(alpha, m_old, m_use, BRF);
+        tile_exp_rowsum(ST, l, m_use, alpha, BC, BRF);
     }
     const double t_sm = (thread_s() - t0) / N;
     t0 = thread_s();

@@ -106,22 +106,26 @@ static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
 // forward
 //
 // Workspace layout (every piece 64-byte aligned):
-//   blk_off   int64 (B + 1)   prefix sums of the query blocks per sequence (ceil(sq_b / FWD_BR))
+//   blk_off   int64 (B + 1)   prefix sums of the chunks per sequence (ceil(ceil(sq_b / FWD_BR) / G))
 //   scratch   n_threads slices of flashc__cpu_fwd_carve bytes: Q_i^T, O_i^T, S_ij^T, m_i, l_i, ...
-// At D = 128: 257 KiB a thread (0.5 MiB in all at 2 threads). Nothing scales with the sequence
-// length; blk_off scales with the batch.
+//             and the thread's key block cache of kv_slots slots
+// At D = 128: 257 KiB a thread plus 72 KiB per cache slot, one slot per 64 keys of seqlen_k up to
+// 32 MiB for all threads together (4.8 MiB a thread at seqlen 4096): O(seqlen_k), bounded.
+// blk_off scales with the batch.
 
 typedef struct fwd_layout {
     int64_t *blk_off;
     char *scratch;
     size_t slice, total;
+    int64_t kv_slots;
 } fwd_layout;
 
 static fwd_layout fwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void *ws) {
     fwd_layout L;
     size_t off = 0;
     L.blk_off = flashc__cpu_take(ws, &off, sizeof(int64_t) * ((size_t)p->B + 1));
-    L.slice = flashc__cpu_fwd_carve(p, NULL, NULL);
+    L.kv_slots = flashc__cpu_fwd_kv_slots(p, ctx->n_threads);
+    L.slice = flashc__cpu_fwd_carve(p, L.kv_slots, NULL, NULL);
     L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
     L.total = off;
     return L;
@@ -137,21 +141,29 @@ typedef struct fwd_job {
     const flashc_fwd_args *a;
     const flashc_cpu_kernels *k;
     fwd_layout L;
+    int64_t G; // query blocks per chunk
 } fwd_job;
 
-// Chunk c is one query block of one (b, h). Heads go one after the other, so threads at work at
-// the same time read the same K and V (one fetch from DRAM into L3 serves both); within a head the
-// last blocks of the last sequence come first, since under a causal mask they see the most keys
-// (largest first balances the threads' loads).
+// The forward's chunks per thread: at least this many (unless there are fewer query blocks), so
+// the threads' loads balance.
+#define FWD_CHUNKS_PER_THREAD 8
+
+// Chunk c is up to G consecutive query blocks of one (b, h): the thread that runs them reads that
+// head's strided K/V rows into its cache once for all of them (at 2 threads, H = 16: a whole head
+// at B = 1, seqlen 4096, and at B = 8, seqlen 512). Heads go one after the other; within
+// a head the last chunks of the last sequence come first, since under a causal mask they see the
+// most keys (largest first balances the threads' loads).
 static void fwd_chunk(void *arg, int64_t c, int thread) {
     const fwd_job *J = arg;
     const flashc_problem *p = J->p;
-    const int64_t n_blk = J->L.blk_off[p->B];
-    const int h = (int)(c / n_blk);
-    const int64_t g = n_blk - 1 - c % n_blk;
+    const int64_t n_chk = J->L.blk_off[p->B];
+    const int h = (int)(c / n_chk);
+    const int64_t g = n_chk - 1 - c % n_chk;
     const int b = find_seq(J->L.blk_off, p->B, g);
-    const int64_t i0 = (g - J->L.blk_off[b]) * FLASHC_CPU_FWD_BR;
-    J->k->fwd_qblock(p, J->a, b, h, i0, J->L.scratch + J->L.slice * (size_t)thread);
+    const int64_t k = g - J->L.blk_off[b], n_blk = ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+    for (int64_t i = k * J->G; i < min64(n_blk, (k + 1) * J->G); i++)
+        J->k->fwd_qblock(p, J->a, b, h, i * FLASHC_CPU_FWD_BR, J->L.kv_slots,
+                         J->L.scratch + J->L.slice * (size_t)thread);
 }
 
 static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
@@ -159,10 +171,18 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     // Paged K/V goes through the decode kernel (flashc_cpu_decode.c), which reads K_j, V_j rows
     // through the block table; correct for any seqlen_q, though not at this kernel's speed.
     if (p->block_table) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
-    fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws)};
+    fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws), 1};
+    for (int t = 0; t < ctx->n_threads; t++) { // every thread's key block cache starts empty
+        flashc_cpu_fwd_scratch sc;
+        flashc__cpu_fwd_carve(p, J.L.kv_slots, J.L.scratch + J.L.slice * (size_t)t, &sc);
+        for (int64_t i = 0; i < sc.n_slots; i++) sc.tag[i] = -1;
+    }
+    int64_t n_blk = 0;
+    for (int b = 0; b < p->B; b++) n_blk += ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+    J.G = max64(1, n_blk * p->H / (FWD_CHUNKS_PER_THREAD * (int64_t)ctx->n_threads));
     J.L.blk_off[0] = 0;
     for (int b = 0; b < p->B; b++)
-        J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR);
+        J.L.blk_off[b + 1] = J.L.blk_off[b] + ceil_div(ceil_div(flashc__seq(p, b).sq, FLASHC_CPU_FWD_BR), J.G);
     flashc__pool_run(st->pool, fwd_chunk, &J, J.L.blk_off[p->B] * p->H);
     return FLASHC_OK;
 }
@@ -190,8 +210,10 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 //   dk_sum    fp32 CAPK x D   GQA sums of dK over the group's heads (group > 1 only)
 //   dv_sum    fp32 CAPK x D   same for dV
 //   scratch   n_threads slices of flashc__cpu_bwd_carve bytes: K_j^T, V_j^T, dK_j^T, dV_j^T, ...
+//             and the thread's Q_i, dO_i cache of q_slots slots
 // with CAPQ = max(Sq, min(4096, total_q)), CAPK likewise, Dp = D rounded up to 32. At B = 1, H = 8,
-// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 slots x 16 MiB + scratch 0.7 MiB.
+// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 slots x 16 MiB + scratch 0.7 MiB + the
+// Q_i, dO_i caches 32 MiB (9 MiB at Sq = 4096).
 
 typedef struct bwd_layout {
     float *Di;
@@ -200,6 +222,7 @@ typedef struct bwd_layout {
     char *scratch;
     size_t slice, total;
     int64_t capq, capk, part_stride; // part_stride: floats per slot partial (CAPQ * Dp_max)
+    int64_t q_slots;                 // slots of each thread's Q_i, dO_i cache
     int n_slots;
 } bwd_layout;
 
@@ -222,7 +245,8 @@ static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     const size_t sum = p->group > 1 ? (size_t)L.capk * (size_t)p->D * f : 0;
     L.dk_sum = flashc__cpu_take(ws, &off, sum);
     L.dv_sum = flashc__cpu_take(ws, &off, sum);
-    L.slice = flashc__cpu_bwd_carve(p, NULL, NULL);
+    L.q_slots = flashc__cpu_bwd_q_slots(p, ctx->n_threads);
+    L.slice = flashc__cpu_bwd_carve(p, L.q_slots, NULL, NULL);
     L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
     L.total = off;
     return L;
@@ -280,7 +304,7 @@ static void bwd_slot_chunk(void *arg, int64_t c, int thread) {
         .b = b, .h = J->h, .Di = J->L.Di, .dq_acc = part, .dq_ld = J->Dp,
         .dk_acc = p->group > 1 ? J->L.dk_sum + J->L.k_off[wb] * p->D : NULL,
         .dv_acc = p->group > 1 ? J->L.dv_sum + J->L.k_off[wb] * p->D : NULL,
-        .first_head = J->first_head, .last_head = J->last_head,
+        .first_head = J->first_head, .last_head = J->last_head, .q_slots = J->L.q_slots,
     };
     void *scratch = J->L.scratch + J->L.slice * (size_t)thread;
     for (int64_t j0 = (int64_t)slot * FLASHC_CPU_BWD_BC; j0 < s.sk; j0 += (int64_t)J->n_slots * FLASHC_CPU_BWD_BC) {
@@ -326,6 +350,11 @@ static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
 static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a) {
     cpu_state *st = ctx->priv;
     bwd_job J = {.p = p, .a = a, .k = st->k, .L = bwd_carve(ctx, p, a->ws)};
+    for (int t = 0; t < ctx->n_threads; t++) { // every thread's Q_i, dO_i cache starts empty
+        flashc_cpu_bwd_scratch sc;
+        flashc__cpu_bwd_carve(p, J.L.q_slots, J.L.scratch + J.L.slice * (size_t)t, &sc);
+        for (int64_t i = 0; i < sc.n_slots; i++) sc.tag[i] = -1;
+    }
     J.n_slots = J.L.n_slots;
     J.Dp = (int64_t)flashc__cpu_round_up((size_t)p->D, (size_t)st->k->dp_align);
 

@@ -32,12 +32,26 @@ static inline const void *key_ptr(const flashc_problem *p, const void *base, con
 // lse: fp32 (B, H, Sq) or (H, total_q), may be NULL. Key blocks outside every row's mask range are
 // never visited; only blocks that some row sees in part are masked element by element.
 
+// K_j, V_j (block jb = j0 / FWD_BC of sequence b, kv head kvh; all its min(FWD_BC, sk - j0) rows)
+// into the tiles t->K, t->V, through the thread's cache slot min(jb, n_slots - 1). tag: the
+// block's cache tag.
+static void kv_load_block(flashc_cpu_fwd_scratch *t, const flashc_problem *p, const flashc_fwd_args *a, int b,
+                          const flashc_seq *s, int kvh, int64_t j0, int64_t tag) {
+    const int64_t D = p->D, n = min64(FLASHC_CPU_FWD_BC, s->sk - j0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
+    const int64_t slot = min64(j0 / FLASHC_CPU_FWD_BC, t->n_slots - 1), off = slot * FLASHC_CPU_FWD_BC * ld;
+    const size_t es = flashc__dtype_size(p->dtype);
+    tile_load_rows_cached(t->K, t->V, t->Kc + off, t->Vc + off, &t->tag[slot], tag,
+                          key_ptr(p, a->k, p->k_stride, b, s, j0, kvh, es), p->k_stride[1],
+                          key_ptr(p, a->v, p->v_stride, b, s, j0, kvh, es), p->v_stride[1], n, D, ld, p->dtype);
+}
+
 static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
-                       void *scratch) {
+                       int64_t kv_slots, void *scratch) {
     flashc_cpu_fwd_scratch t;
-    flashc__cpu_fwd_carve(p, scratch, &t);
+    flashc__cpu_fwd_carve(p, kv_slots, scratch, &t);
     const flashc_seq s = flashc__seq(p, b);
     const int64_t D = p->D, nq = min64(BRF, s.sq - i0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
+    const int64_t nl = ceil_div(nq, FWD_LANES) * FWD_LANES; // the lanes the steps compute
     const int kvh = h / p->group;
     const flashc_dtype dt = p->dtype;
     const size_t es = flashc__dtype_size(dt);
@@ -70,28 +84,31 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     const int64_t diag_off = (int64_t)s.sk - s.sq;
     float *m_old = t.m, *m_new = t.m_new;
 
-    for (int64_t j0 = kv_lo; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
-        const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0);
-        // Alg. 1 line 8: load K_j, V_j into fp32 tiles (f16/bf16 widened here, once per load)
-        tile_load_rows(t.K, ld, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1], nk, D, dt, 1.0f);
-        tile_load_rows(t.V, ld, key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk, D, dt, 1.0f);
-        // K_{j+1}, V_{j+1} arrive while this block computes: all their rows, not just the first
-        // ROW_PREFETCH; each row sits in its own 4 KiB page at H * D * es apart (8 KiB at H = 16,
-        // D = 128, fp32), and asking early hid enough of that to run 16% faster on one thread.
-        if (j0 + FLASHC_CPU_FWD_BC < kv_hi) {
-            const int64_t j1 = j0 + FLASHC_CPU_FWD_BC, n1 = min64(FLASHC_CPU_FWD_BC, kv_hi - j1);
-            const int64_t row_bytes = D * (int64_t)es;
+    // Key blocks start at multiples of FWD_BC, the cache's unit; keys of the first block before
+    // kv_lo are masked like any boundary block's.
+    const int64_t tag0 = ((int64_t)b * p->H_kv + kvh) * ceil_div(p->Sk, FLASHC_CPU_FWD_BC);
+    for (int64_t j0 = kv_lo / FLASHC_CPU_FWD_BC * FLASHC_CPU_FWD_BC; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
+        const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0), jb = j0 / FLASHC_CPU_FWD_BC;
+        kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb); // Alg. 1 line 8: load K_j, V_j
+        // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
+        // their rows, not just tile_load_rows' first ROW_PREFETCH, since each row sits in its own
+        // 4 KiB page at H = 16 and asking early hid enough of that to run 16% faster on one
+        // thread. (Prefetching a cached block's dense slot as well made no measurable difference.)
+        const int64_t j1 = j0 + FLASHC_CPU_FWD_BC;
+        if (j1 < kv_hi && t.tag[min64(jb + 1, t.n_slots - 1)] != tag0 + jb + 1) {
+            const int64_t n1 = min64(FLASHC_CPU_FWD_BC, s.sk - j1), row_bytes = D * (int64_t)es;
             tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
             tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
         }
-        tile_qkT(t.ST, t.K, ld, t.QT, nk, D);                             // S_ij = Q_i K_j^T
-        if (p->softcap > 0) tile_softcap(t.ST, NULL, nk * BRF, p->softcap, LOG2E); // cap * tanh(S / cap)
-        if (slope2 != 0.0f) tile_alibi_kq(t.ST, nk, i0, j0, diag_off, slope2); // - slope |i - j|
+        tile_qkT(t.ST, t.K, ld, t.QT, nk, nl, D); // S_ij = Q_i K_j^T
+        if (p->softcap > 0) // cap * tanh(S / cap)
+            for (int64_t c = 0; c < nk; c++) tile_softcap(t.ST + c * BRF, NULL, nl, p->softcap, LOG2E);
+        if (slope2 != 0.0f) tile_alibi_kq(t.ST, nk, nl, i0, j0, diag_off, slope2); // - slope |i - j|
         if (!(max_lo <= j0 && j0 + nk <= min_hi)) tile_mask_kq(t.ST, nk, j0, t.lo, t.hi, nq); // boundary block
-        tile_rowmax(m_new, t.m_use, t.ST, m_old, nk); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
-        tile_alpha(t.alpha, m_old, t.m_use);          // alpha = 2^(m_i^{j-1} - m_i^j)
-        tile_exp_rowsum(t.ST, t.l, t.m_use, t.alpha, nk); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
-        tile_pv_acc(t.OT, t.alpha, t.ST, t.V, ld, nk, D); // O_i = diag(alpha) O_i + P_ij V_j
+        tile_rowmax(m_new, t.m_use, t.ST, m_old, nk, nl); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
+        tile_alpha(t.alpha, m_old, t.m_use, nl);          // alpha = 2^(m_i^{j-1} - m_i^j)
+        tile_exp_rowsum(t.ST, t.l, t.m_use, t.alpha, nk, nl); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
+        tile_pv_acc(t.OT, t.alpha, t.ST, t.V, ld, nk, nl, D); // O_i = diag(alpha) O_i + P_ij V_j
         float *swap = m_old;
         m_old = m_new;
         m_new = swap;
@@ -141,7 +158,7 @@ static int64_t first_row_with_lo_at_least(const flashc_problem *p, int32_t sq, i
 static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const flashc_cpu_bwd_block *blk,
                         void *scratch) {
     flashc_cpu_bwd_scratch t;
-    flashc__cpu_bwd_carve(p, scratch, &t);
+    flashc__cpu_bwd_carve(p, blk->q_slots, scratch, &t);
     const int b = blk->b, h = blk->h, kvh = h / p->group;
     const flashc_seq s = flashc__seq(p, b);
     const int64_t D = p->D, Dp = blk->dq_ld, j0 = blk->j0, nk = min64(BCB, s.sk - j0);
@@ -170,8 +187,11 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     const int64_t diag_off = (int64_t)s.sk - s.sq;
     float *T = p->softcap > 0 ? t.T : NULL;
 
-    for (int64_t i0 = r_beg; i0 < r_end; i0 += FLASHC_CPU_BWD_BR) { // Alg. 2 line 9
-        const int64_t nq = min64(FLASHC_CPU_BWD_BR, r_end - i0);
+    // Query blocks start at multiples of BWD_BR, the row cache's unit; rows of the first block
+    // before r_beg see no key of this block and are masked like any boundary block's.
+    const int64_t tag0 = ((int64_t)b * p->H + h) * ceil_div(p->Sq, FLASHC_CPU_BWD_BR);
+    for (int64_t i0 = r_beg / FLASHC_CPU_BWD_BR * FLASHC_CPU_BWD_BR; i0 < r_end; i0 += FLASHC_CPU_BWD_BR) { // Alg. 2 line 9
+        const int64_t nq = min64(FLASHC_CPU_BWD_BR, r_end - i0), ib = i0 / FLASHC_CPU_BWD_BR;
         int full = nk == BCB;
         for (int64_t r = 0; r < nq; r++) {
             flashc__key_range(p, i0 + r, s.sq, s.sk, &t.lo[r], &t.hi[r]);
@@ -180,20 +200,24 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
             t.L2[r] = a->lse[li] * LOG2E;
             t.Di[r] = blk->Di[li];
         }
-        // Alg. 2 line 10: load Q_i, dO_i into fp32 tiles (f16/bf16 widened here, once per load)
-        const void *q_i = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es);
-        const void *do_i = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es);
-        tile_load_rows(t.Q, ld, q_i, p->q_stride[1], nq, D, dt, 1.0f);
-        tile_load_rows(t.dO, ld, do_i, p->do_stride[1], nq, D, dt, 1.0f);
+        // Alg. 2 line 10: load Q_i, dO_i into fp32 tiles (all min(BWD_BR, sq - i0) rows), through
+        // the thread's cache slot min(ib, n_slots - 1), as the forward loads K_j, V_j
+        const int64_t slot = min64(ib, t.n_slots - 1), off = slot * FLASHC_CPU_BWD_BR * ld;
+        tile_load_rows_cached(t.Q, t.dO, t.Qc + off, t.dOc + off, &t.tag[slot], tag0 + ib,
+                              row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1],
+                              row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es), p->do_stride[1],
+                              min64(FLASHC_CPU_BWD_BR, s.sq - i0), D, ld, dt);
         const float *Q_i = t.Q, *dO_i = t.dO;
         const int64_t q_rs = ld, do_rs = ld;
-        if (i0 + FLASHC_CPU_BWD_BR < r_end) { // Q_{i+1}, dO_{i+1} and their dQ rows, ahead of use
+        if (i0 + FLASHC_CPU_BWD_BR < r_end) { // Q_{i+1}, dO_{i+1} (unless cached) and their dQ rows, ahead of use
             const int64_t i1 = i0 + FLASHC_CPU_BWD_BR, n1 = min64(FLASHC_CPU_BWD_BR, r_end - i1);
-            const int64_t row_bytes = D * (int64_t)es;
-            const void *q_1 = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i1, h, es);
-            const void *do_1 = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i1, h, es);
-            tile_prefetch_rows(q_1, p->q_stride[1], es, n1, row_bytes);
-            tile_prefetch_rows(do_1, p->do_stride[1], es, n1, row_bytes);
+            if (t.tag[min64(ib + 1, t.n_slots - 1)] != tag0 + ib + 1) {
+                const int64_t row_bytes = D * (int64_t)es;
+                const void *q_1 = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i1, h, es);
+                const void *do_1 = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i1, h, es);
+                tile_prefetch_rows(q_1, p->q_stride[1], es, n1, row_bytes);
+                tile_prefetch_rows(do_1, p->do_stride[1], es, n1, row_bytes);
+            }
             tile_prefetch_rows(blk->dq_acc + i1 * Dp, Dp, sizeof(float), n1, Dp * (int64_t)sizeof(float));
         }
         tile_qkT_rows(t.S, Q_i, q_rs, t.KT, nq, D);                       // S_ij = Q_i K_j^T

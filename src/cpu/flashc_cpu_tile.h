@@ -20,6 +20,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #define W FLASHC_VF32_W
 
@@ -137,6 +138,22 @@ static void tile_load_rows(float *restrict dst, int64_t ld, const void *src, int
     }
 }
 
+// dst0, dst1 (n rows, row stride ld) = fp32 copies of the input rows src0, src1 (row strides rs0,
+// rs1, dtype t), through one slot of a thread's row cache, c0, c1, whose *slot_tag names the block
+// it holds: on a miss (*slot_tag != tag) the input rows are read (f16/bf16 widened) into the slot,
+// on a hit the slot is copied, densely (a slot's rows are contiguous, the input's may be pages apart).
+static void tile_load_rows_cached(float *restrict dst0, float *restrict dst1, float *restrict c0, float *restrict c1,
+                                  int64_t *slot_tag, int64_t tag, const void *src0, int64_t rs0, const void *src1,
+                                  int64_t rs1, int64_t n, int64_t D, int64_t ld, flashc_dtype t) {
+    if (*slot_tag != tag) {
+        tile_load_rows(c0, ld, src0, rs0, n, D, t, 1.0f);
+        tile_load_rows(c1, ld, src1, rs1, n, D, t, 1.0f);
+        *slot_tag = tag;
+    }
+    memcpy(dst0, c0, sizeof(float) * (size_t)(n * ld));
+    memcpy(dst1, c1, sizeof(float) * (size_t)(n * ld));
+}
+
 // Ask for the first rows of the next block's tile load (tile_load_rows asks for the rest itself):
 // n rows of `bytes` bytes, row stride rs elements of size es.
 static void tile_prefetch_rows(const void *src, int64_t rs, size_t es, int64_t n, int64_t bytes) {
@@ -174,22 +191,27 @@ static void tile_softcap(float *restrict S, float *restrict T, int64_t n, float 
 }
 
 // ------------------------------------------------------------------------------------------------
-// forward steps: tiles are keys x queries (row length FWD_BR), m_i, l_i are vectors of FWD_BR
+// forward steps: tiles are keys x queries (row length FWD_BR), m_i, l_i are vectors of FWD_BR.
+// Each step works on the block's first nl query lanes, nl = its query rows rounded up to the
+// microkernel's width (FWD_NV vectors, 24 lanes on AVX2): a short last block (80 of seqlen 512's
+// rows) then costs 96 lanes, not 144.
 
 #define BRF FLASHC_CPU_FWD_BR
+#define FWD_LANES (FWD_NV * W)
 
 // S_ij^T = K_j Q_i^T  (Alg. 1 line 8; Q_i carries scale * log2 e). K_j: nk rows, row stride k_rs.
 static void tile_qkT(float *restrict S_T, const float *restrict K_j, int64_t k_rs, const float *restrict Q_iT,
-                     int64_t nk, int64_t D) {
-    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, BRF, D, 0, NULL);
+                     int64_t nk, int64_t nl, int64_t D) {
+    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, nl, D, 0, NULL);
 }
 
 // S_ij^T[c][r] -= slope2 * |i0 + r + sk - sq - (j0 + c)|  (ALiBi, slope2 = slope * log2 e)
-static void tile_alibi_kq(float *restrict S_T, int64_t nk, int64_t i0, int64_t j0, int64_t diag_off, float slope2) {
+static void tile_alibi_kq(float *restrict S_T, int64_t nk, int64_t nl, int64_t i0, int64_t j0, int64_t diag_off,
+                          float slope2) {
     for (int64_t c = 0; c < nk; c++) {
         float *s = S_T + c * BRF;
         float base = (float)(i0 + diag_off - (j0 + c)); // exact below 2^24
-        for (int r = 0; r < BRF; r++) s[r] -= slope2 * fabsf(base + (float)r);
+        for (int r = 0; r < nl; r++) s[r] -= slope2 * fabsf(base + (float)r);
     }
 }
 
@@ -207,8 +229,8 @@ static void tile_mask_kq(float *restrict S_T, int64_t nk, int64_t j0, const int6
 // m_new = max(m_old, rowmax(S_ij))  (Alg. 1 line 9), and m_use = max(m_new, -FLT_MAX): the
 // subtrahend that keeps a row with no visible key yet at P = 0, alpha = 0 instead of NaN.
 static void tile_rowmax(float *restrict m_new, float *restrict m_use, const float *restrict S_T, const float *m_old,
-                        int64_t nk) {
-    for (int r = 0; r < BRF; r += W) {
+                        int64_t nk, int64_t nl) {
+    for (int r = 0; r < nl; r += W) {
         FLASHC_VF32 mx = FLASHC_VF32_LOAD(m_old + r);
         for (int64_t c = 0; c < nk; c++) mx = FLASHC_VF32_MAX(mx, FLASHC_VF32_LOAD(S_T + c * BRF + r));
         FLASHC_VF32_STORE(m_new + r, mx);
@@ -217,8 +239,8 @@ static void tile_rowmax(float *restrict m_new, float *restrict m_use, const floa
 }
 
 // alpha = 2^(m_old - m_use)  (Alg. 1 line 10's rescale factor e^{m_i^{j-1} - m_i^j})
-static void tile_alpha(float *restrict alpha, const float *m_old, const float *m_use) {
-    for (int r = 0; r < BRF; r += W)
+static void tile_alpha(float *restrict alpha, const float *m_old, const float *m_use, int64_t nl) {
+    for (int r = 0; r < nl; r += W)
         FLASHC_VF32_STORE(alpha + r,
                           flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(m_old + r), FLASHC_VF32_LOAD(m_use + r))));
 }
@@ -226,8 +248,8 @@ static void tile_alpha(float *restrict alpha, const float *m_old, const float *m
 // P_ij = 2^(S_ij - m_use), in place, and l_i = alpha * l_i + rowsum(P_ij)  (Alg. 1 line 9), in
 // one pass over the tile
 static void tile_exp_rowsum(float *restrict S_T, float *restrict l, const float *restrict m_use,
-                            const float *restrict alpha, int64_t nk) {
-    for (int r = 0; r < BRF; r += W) {
+                            const float *restrict alpha, int64_t nk, int64_t nl) {
+    for (int r = 0; r < nl; r += W) {
         FLASHC_VF32 mu = FLASHC_VF32_LOAD(m_use + r), sum = FLASHC_VF32_ZERO();
         for (int64_t c = 0; c < nk; c++) {
             float *s = S_T + c * BRF + r;
@@ -242,8 +264,8 @@ static void tile_exp_rowsum(float *restrict S_T, float *restrict l, const float 
 // O_i = diag(alpha) O_i + P_ij V_j, as O_i^T = O_i^T diag(alpha) + V_j^T P_ij^T  (Alg. 1 line 10),
 // in one pass over O_i^T. V_j: nk rows, stride v_rs.
 static void tile_pv_acc(float *restrict O_T, const float *restrict alpha, const float *restrict P_T,
-                        const float *restrict V_j, int64_t v_rs, int64_t nk, int64_t D) {
-    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, BRF, nk, 1, alpha);
+                        const float *restrict V_j, int64_t v_rs, int64_t nk, int64_t nl, int64_t D) {
+    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, nl, nk, 1, alpha);
 }
 
 // ------------------------------------------------------------------------------------------------
