@@ -169,6 +169,38 @@ static inline void *tc_alloc(size_t bytes) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// the backend's memory: host backends use the host buffers themselves, CUDA gets staged copies
+
+static inline int tc_on_dev(flashc_ctx *ctx) { return flashc_ctx_backend(ctx) == FLASHC_BACKEND_CUDA; }
+
+// A device copy of host[0 .. bytes) (host itself for host backends; NULL stays NULL).
+static inline void *tc_dev_put(flashc_ctx *ctx, const void *host, size_t bytes) {
+    if (!host || !tc_on_dev(ctx)) return (void *)host;
+    void *d = ctx->ops->ws_alloc(ctx, bytes ? bytes : 64);
+    if (d && ctx->ops->copy(ctx, d, host, bytes, 1) != FLASHC_OK) {
+        ctx->ops->ws_free(ctx, d);
+        d = NULL;
+    }
+    if (!d) {
+        printf("FAIL  staging %zu bytes to the device\n", bytes);
+        exit(1);
+    }
+    return d;
+}
+
+static inline void tc_dev_get(flashc_ctx *ctx, void *host, const void *dev, size_t bytes) {
+    if (!host || host == dev) return;
+    if (ctx->ops->copy(ctx, host, (void *)dev, bytes, 0) != FLASHC_OK) {
+        printf("FAIL  copying %zu bytes back from the device: %s\n", bytes, flashc_ctx_last_error(ctx));
+        exit(1);
+    }
+}
+
+static inline void tc_dev_free(flashc_ctx *ctx, const void *host, void *dev) {
+    if (dev && dev != host) ctx->ops->ws_free(ctx, dev);
+}
+
+// ------------------------------------------------------------------------------------------------
 // messages
 
 // 1 if `name` occurs in msg as a whole identifier (not as part of a longer one), so that "k"

@@ -60,7 +60,7 @@ typedef struct fdata {
     double *lse_tol;             // per LSE entry
 } fdata;
 
-static float e4m3_rand(tc_rng *r, double amp) { return flashc__e4m3_to_f32(flashc__f32_to_e4m3((float)(amp * tc_normal(r)))); }
+static uint8_t e4m3_rand(tc_rng *r, double amp) { return flashc__f32_to_e4m3((float)(amp * tc_normal(r))); }
 
 // the keys query i of a sequence (sq, sk) sees, bottom-right aligned (include/flashc.h)
 static int sees(const flashc_attn_desc *d, int i, int j, int sq, int sk) {
@@ -97,9 +97,9 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
     flashc_fill_contiguous_strides(d);
     F->nq = F->tq * rq, F->nk = F->tk * rk, F->no = F->tq * c->H * c->D;
     F->q = tc_alloc((size_t)F->nq + 1), F->k = tc_alloc((size_t)F->nk + 1), F->v = tc_alloc((size_t)F->nk + 1);
-    for (int64_t i = 0; i < F->nq; i++) F->q[i] = flashc__f32_to_e4m3(e4m3_rand(rng, 3.0));
-    for (int64_t i = 0; i < F->nk; i++) F->k[i] = flashc__f32_to_e4m3(e4m3_rand(rng, 3.0));
-    for (int64_t i = 0; i < F->nk; i++) F->v[i] = flashc__f32_to_e4m3(e4m3_rand(rng, 2.0));
+    for (int64_t i = 0; i < F->nq; i++) F->q[i] = e4m3_rand(rng, 3.0);
+    for (int64_t i = 0; i < F->nk; i++) F->k[i] = e4m3_rand(rng, 3.0);
+    for (int64_t i = 0; i < F->nk; i++) F->v[i] = e4m3_rand(rng, 2.0);
 
     // the reference: flashc__ref_fwd_f64 on the decoded codes times their descales
     flashc_ctx *ref = NULL;
@@ -173,22 +173,6 @@ static void fdata_free(fdata *F) {
 // ------------------------------------------------------------------------------------------------
 // a backend's run of one case: device copies, poisoned outputs, the checks
 
-static void *dev_put(flashc_ctx *ctx, const void *host, size_t bytes) {
-    if (!ctx->ops->ws_alloc) return (void *)host;
-    void *dev = ctx->ops->ws_alloc(ctx, bytes ? bytes : 64);
-    if (dev && bytes && ctx->ops->copy(ctx, dev, host, bytes, 1) != FLASHC_OK) return NULL;
-    return dev;
-}
-
-static void dev_get(flashc_ctx *ctx, void *host, const void *dev, size_t bytes) {
-    if (ctx->ops->ws_alloc) ctx->ops->copy(ctx, host, dev, bytes, 0);
-    else if (host != dev) memcpy(host, dev, bytes);
-}
-
-static void dev_free(flashc_ctx *ctx, void *dev, const void *host) {
-    if (dev && dev != host && ctx->ops->ws_free) ctx->ops->ws_free(ctx, dev);
-}
-
 static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdata *F) {
     char name[256];
     case_name(name, sizeof name, be, c);
@@ -199,17 +183,17 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
     for (int64_t i = 0; i < F->no; i++) o[i] = 0x7fda; // bf16 NaN
     for (int64_t i = 0; i < n_lse; i++) lse[i] = NAN;
     flashc_attn_desc d = F->d;
-    void *dq = dev_put(ctx, F->q, (size_t)F->nq), *dk = dev_put(ctx, F->k, (size_t)F->nk), *dv = dev_put(ctx, F->v, (size_t)F->nk);
-    void *dO = dev_put(ctx, o, 2 * (size_t)F->no), *dl = dev_put(ctx, lse, sizeof(float) * (size_t)n_lse);
+    void *dq = tc_dev_put(ctx, F->q, (size_t)F->nq), *dk = tc_dev_put(ctx, F->k, (size_t)F->nk), *dv = tc_dev_put(ctx, F->v, (size_t)F->nk);
+    void *dO = tc_dev_put(ctx, o, 2 * (size_t)F->no), *dl = tc_dev_put(ctx, lse, sizeof(float) * (size_t)n_lse);
     void *dcq = NULL, *dck = NULL, *dsl = NULL;
-    if (c->varlen) d.cu_seqlens_q = dcq = dev_put(ctx, F->cu_q, sizeof F->cu_q), d.cu_seqlens_k = dck = dev_put(ctx, F->cu_k, sizeof F->cu_k);
-    if (c->alibi) d.alibi_slopes = dsl = dev_put(ctx, F->slopes, sizeof F->slopes);
+    if (c->varlen) d.cu_seqlens_q = dcq = tc_dev_put(ctx, F->cu_q, sizeof F->cu_q), d.cu_seqlens_k = dck = tc_dev_put(ctx, F->cu_k, sizeof F->cu_k);
+    if (c->alibi) d.alibi_slopes = dsl = tc_dev_put(ctx, F->slopes, sizeof F->slopes);
     flashc_status st = flashc_fwd(ctx, &d, dq, dk, dv, dO, dl, NULL, 0, NULL);
     if (st != FLASHC_OK) {
         tc_fail("%s: flashc_fwd = %s: %s", name, flashc_status_string(st), flashc_ctx_last_error(ctx));
     } else {
-        dev_get(ctx, o, dO, 2 * (size_t)F->no);
-        dev_get(ctx, lse, dl, sizeof(float) * (size_t)n_lse);
+        tc_dev_get(ctx, o, dO, 2 * (size_t)F->no);
+        tc_dev_get(ctx, lse, dl, sizeof(float) * (size_t)n_lse);
         double err = 0, nerr = 0;
         int64_t n_nan = 0, worst = 0, n_dead = 0, n_lse_bad = 0, worst_lse = -1;
         for (int64_t i = 0; i < F->no; i++) {
@@ -248,8 +232,8 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
         else
             tc_pass("%s: O max err %.3e (naive %.3e, ratio %.2f)", name, err, nerr, nerr > 0 ? err / nerr : 0.0);
     }
-    dev_free(ctx, dq, F->q), dev_free(ctx, dk, F->k), dev_free(ctx, dv, F->v), dev_free(ctx, dO, o), dev_free(ctx, dl, lse);
-    dev_free(ctx, dcq, F->cu_q), dev_free(ctx, dck, F->cu_k), dev_free(ctx, dsl, F->slopes);
+    tc_dev_free(ctx, F->q, dq), tc_dev_free(ctx, F->k, dk), tc_dev_free(ctx, F->v, dv), tc_dev_free(ctx, o, dO), tc_dev_free(ctx, lse, dl);
+    tc_dev_free(ctx, F->cu_q, dcq), tc_dev_free(ctx, F->cu_k, dck), tc_dev_free(ctx, F->slopes, dsl);
     free(o), free(lse);
 }
 

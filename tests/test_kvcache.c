@@ -48,38 +48,6 @@ static flashc_ctx *make_ctx(flashc_backend kind) {
     return ctx;
 }
 
-// ------------------------------------------------------------------------------------------------
-// the backend's memory: host backends use the host buffers themselves, CUDA gets staged copies
-
-static int on_dev(flashc_ctx *ctx) { return flashc_ctx_backend(ctx) == FLASHC_BACKEND_CUDA; }
-
-// A device copy of host[0 .. bytes) (host itself for host backends; NULL stays NULL).
-static void *dev_put(flashc_ctx *ctx, const void *host, size_t bytes) {
-    if (!host || !on_dev(ctx)) return (void *)host;
-    void *d = ctx->ops->ws_alloc(ctx, bytes ? bytes : 64);
-    if (d && ctx->ops->copy(ctx, d, host, bytes, 1) != FLASHC_OK) {
-        ctx->ops->ws_free(ctx, d);
-        d = NULL;
-    }
-    if (!d) {
-        printf("FAIL  staging %zu bytes to the device\n", bytes);
-        exit(1);
-    }
-    return d;
-}
-
-static void dev_get(flashc_ctx *ctx, void *host, const void *dev, size_t bytes) {
-    if (!host || host == dev) return;
-    if (ctx->ops->copy(ctx, host, (void *)dev, bytes, 0) != FLASHC_OK) {
-        printf("FAIL  copying %zu bytes back from the device: %s\n", bytes, flashc_ctx_last_error(ctx));
-        exit(1);
-    }
-}
-
-static void dev_free(flashc_ctx *ctx, const void *host, void *dev) {
-    if (dev && dev != host) ctx->ops->ws_free(ctx, dev);
-}
-
 static double rnd_dt(tc_rng *r, flashc_dtype dt, double scale) { return tc_round((float)(tc_normal(r) * scale), dt); }
 
 static double load_d(const void *p, int64_t i, flashc_dtype dt) { return flashc__load(p, i, dt); }
@@ -191,7 +159,7 @@ static void key_range(const kvc *c, int i, int sq, int sk, int *lo, int *hi) {
 
 static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t seed) {
     kvc c_dev = *c_in;
-    if (on_dev(ctx) && c_dev.dt == FLASHC_DTYPE_F32) c_dev.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
+    if (tc_on_dev(ctx) && c_dev.dt == FLASHC_DTYPE_F32) c_dev.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
     const kvc *c = &c_dev;
     char label[512];
     kv_label(c, bname, label, sizeof label);
@@ -387,19 +355,19 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t
         size_t ws_size = 0;
         if (c->own_ws) {
             ws_size = flashc_kvcache_workspace_size(ctx, &d, &kv);
-            ws = ws_size ? (on_dev(ctx) ? ctx->ops->ws_alloc(ctx, ws_size) : tc_alloc(ws_size)) : NULL;
+            ws = ws_size ? (tc_on_dev(ctx) ? ctx->ops->ws_alloc(ctx, ws_size) : tc_alloc(ws_size)) : NULL;
         }
         // device copies of every tensor and table (the host ones themselves on host backends)
         const size_t kv_bytes = (size_t)kv_elems * es, q_bytes = (size_t)q_elems * es, new_bytes = (size_t)new_elems * es;
         const size_t ro_bytes = (size_t)seqlen_ro * (rd / 2) * es;
-        void *dq = dev_put(ctx, q, q_bytes), *dkc = dev_put(ctx, kc, kv_bytes), *dvc = dev_put(ctx, vc, kv_bytes);
-        void *dkn = dev_put(ctx, kn, new_bytes), *dvn = dev_put(ctx, vn, new_bytes), *dout = dev_put(ctx, o, q_bytes);
-        float *dlse = dev_put(ctx, lse, sizeof(float) * (size_t)(n_lse + 1));
-        void *dcs = dev_put(ctx, kv.rotary_cos, ro_bytes), *dsn = dev_put(ctx, kv.rotary_sin, ro_bytes);
-        float *dsl = dev_put(ctx, d.alibi_slopes, sizeof(float) * (size_t)B * H);
-        int32_t *dcl = dev_put(ctx, kv.cache_seqlens, sizeof(int32_t) * (size_t)B);
-        int32_t *dcbi = dev_put(ctx, kv.cache_batch_idx, sizeof(int32_t) * (size_t)B);
-        int32_t *dtab = dev_put(ctx, d.block_table, sizeof(int32_t) * (size_t)B * (pps ? pps : 1));
+        void *dq = tc_dev_put(ctx, q, q_bytes), *dkc = tc_dev_put(ctx, kc, kv_bytes), *dvc = tc_dev_put(ctx, vc, kv_bytes);
+        void *dkn = tc_dev_put(ctx, kn, new_bytes), *dvn = tc_dev_put(ctx, vn, new_bytes), *dout = tc_dev_put(ctx, o, q_bytes);
+        float *dlse = tc_dev_put(ctx, lse, sizeof(float) * (size_t)(n_lse + 1));
+        void *dcs = tc_dev_put(ctx, kv.rotary_cos, ro_bytes), *dsn = tc_dev_put(ctx, kv.rotary_sin, ro_bytes);
+        float *dsl = tc_dev_put(ctx, d.alibi_slopes, sizeof(float) * (size_t)B * H);
+        int32_t *dcl = tc_dev_put(ctx, kv.cache_seqlens, sizeof(int32_t) * (size_t)B);
+        int32_t *dcbi = tc_dev_put(ctx, kv.cache_batch_idx, sizeof(int32_t) * (size_t)B);
+        int32_t *dtab = tc_dev_put(ctx, d.block_table, sizeof(int32_t) * (size_t)B * (pps ? pps : 1));
         const void *h_cs = kv.rotary_cos, *h_sn = kv.rotary_sin;
         const float *h_sl = d.alibi_slopes;
         const int32_t *h_cl = kv.cache_seqlens, *h_cbi = kv.cache_batch_idx, *h_tab = d.block_table;
@@ -407,20 +375,20 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t
         kv.cache_batch_idx = dcbi, d.block_table = dtab;
         st = flashc_fwd_kvcache(ctx, &d, &kv, dq, dkc, dvc, snew ? dkn : NULL, snew ? dvn : NULL, dout,
                                 c->no_lse ? NULL : dlse, ws, ws_size, NULL);
-        if (on_dev(ctx)) {
-            dev_get(ctx, o, dout, q_bytes);
-            dev_get(ctx, lse, dlse, sizeof(float) * (size_t)(n_lse + 1));
-            dev_get(ctx, kc, dkc, kv_bytes);
-            dev_get(ctx, vc, dvc, kv_bytes);
+        if (tc_on_dev(ctx)) {
+            tc_dev_get(ctx, o, dout, q_bytes);
+            tc_dev_get(ctx, lse, dlse, sizeof(float) * (size_t)(n_lse + 1));
+            tc_dev_get(ctx, kc, dkc, kv_bytes);
+            tc_dev_get(ctx, vc, dvc, kv_bytes);
             if (ws) ctx->ops->ws_free(ctx, ws);
         } else {
             free(ws);
         }
-        dev_free(ctx, q, dq), dev_free(ctx, kc, dkc), dev_free(ctx, vc, dvc), dev_free(ctx, kn, dkn);
-        dev_free(ctx, vn, dvn), dev_free(ctx, o, dout), dev_free(ctx, lse, dlse), dev_free(ctx, h_cs, dcs);
-        dev_free(ctx, h_sn, dsn), dev_free(ctx, h_sl, dsl), dev_free(ctx, h_cl, dcl), dev_free(ctx, h_cbi, dcbi);
-        dev_free(ctx, h_tab, dtab);
-        if (st == FLASHC_ERR_UNSUPPORTED && on_dev(ctx)) {
+        tc_dev_free(ctx, q, dq), tc_dev_free(ctx, kc, dkc), tc_dev_free(ctx, vc, dvc), tc_dev_free(ctx, kn, dkn);
+        tc_dev_free(ctx, vn, dvn), tc_dev_free(ctx, o, dout), tc_dev_free(ctx, lse, dlse), tc_dev_free(ctx, h_cs, dcs);
+        tc_dev_free(ctx, h_sn, dsn), tc_dev_free(ctx, h_sl, dsl), tc_dev_free(ctx, h_cl, dcl), tc_dev_free(ctx, h_cbi, dcbi);
+        tc_dev_free(ctx, h_tab, dtab);
+        if (st == FLASHC_ERR_UNSUPPORTED && tc_on_dev(ctx)) {
             tc_skip("%s: %s", label, flashc_ctx_last_error(ctx));
             free(lse);
             goto done;
@@ -773,21 +741,21 @@ static void run_merge_random(flashc_ctx *ctx, const char *bname, flashc_dtype pd
     }
     if (in_place && !strided) ob = bs, osq = ss, oh = hs;
     const size_t parts_bytes = (size_t)n_parts_el * pes, lp_bytes = sizeof(float) * (size_t)n * n_lse;
-    void *dparts = dev_put(ctx, parts, parts_bytes);
-    float *dlp = dev_put(ctx, lp, lp_bytes);
-    void *dout = in_place ? dparts : dev_put(ctx, out, (size_t)out_el * oes);
-    float *dlse = in_place ? dlp : dev_put(ctx, lse, sizeof(float) * (size_t)n_lse);
+    void *dparts = tc_dev_put(ctx, parts, parts_bytes);
+    float *dlp = tc_dev_put(ctx, lp, lp_bytes);
+    void *dout = in_place ? dparts : tc_dev_put(ctx, out, (size_t)out_el * oes);
+    float *dlse = in_place ? dlp : tc_dev_put(ctx, lse, sizeof(float) * (size_t)n_lse);
     flashc_status st = flashc_merge(ctx, &m, dparts, dlp, dout, dlse, NULL);
-    if (on_dev(ctx)) {
+    if (tc_on_dev(ctx)) {
         if (in_place) {
-            dev_get(ctx, parts, dparts, parts_bytes);
-            dev_get(ctx, lp, dlp, lp_bytes);
+            tc_dev_get(ctx, parts, dparts, parts_bytes);
+            tc_dev_get(ctx, lp, dlp, lp_bytes);
         } else {
-            dev_get(ctx, out, dout, (size_t)out_el * oes);
-            dev_get(ctx, lse, dlse, sizeof(float) * (size_t)n_lse);
-            dev_free(ctx, out, dout), dev_free(ctx, lse, dlse);
+            tc_dev_get(ctx, out, dout, (size_t)out_el * oes);
+            tc_dev_get(ctx, lse, dlse, sizeof(float) * (size_t)n_lse);
+            tc_dev_free(ctx, out, dout), tc_dev_free(ctx, lse, dlse);
         }
-        dev_free(ctx, parts, dparts), dev_free(ctx, lp, dlp);
+        tc_dev_free(ctx, parts, dparts), tc_dev_free(ctx, lp, dlp);
     }
     if (st != FLASHC_OK) {
         tc_fail("%s: flashc_merge = %s: %s", label, flashc_status_string(st), flashc_ctx_last_error(ctx));
@@ -849,12 +817,12 @@ static void run_merge_attention(flashc_ctx *ctx, const char *bname, uint64_t see
     m.part_dtype = FLASHC_DTYPE_F32, m.out_dtype = FLASHC_DTYPE_F32;
     if (st == FLASHC_OK) {
         const size_t pb = sizeof(float) * n * B * Sq * H * D, lb = sizeof(float) * n * B * H * Sq;
-        float *dparts = dev_put(ctx, parts, pb), *dlp = dev_put(ctx, lp, lb);
-        float *dout = dev_put(ctx, out, pb / n), *dlse = dev_put(ctx, lse, lb / n);
+        float *dparts = tc_dev_put(ctx, parts, pb), *dlp = tc_dev_put(ctx, lp, lb);
+        float *dout = tc_dev_put(ctx, out, pb / n), *dlse = tc_dev_put(ctx, lse, lb / n);
         st = flashc_merge(ctx, &m, dparts, dlp, dout, dlse, NULL);
-        if (on_dev(ctx)) {
-            dev_get(ctx, out, dout, pb / n), dev_get(ctx, lse, dlse, lb / n);
-            dev_free(ctx, parts, dparts), dev_free(ctx, lp, dlp), dev_free(ctx, out, dout), dev_free(ctx, lse, dlse);
+        if (tc_on_dev(ctx)) {
+            tc_dev_get(ctx, out, dout, pb / n), tc_dev_get(ctx, lse, dlse, lb / n);
+            tc_dev_free(ctx, parts, dparts), tc_dev_free(ctx, lp, dlp), tc_dev_free(ctx, out, dout), tc_dev_free(ctx, lse, dlse);
         }
     }
     if (st != FLASHC_OK) {
@@ -1142,20 +1110,20 @@ static void run_clamp_dev(flashc_ctx *ctx, uint64_t seed) {
         memset(&kv, 0, sizeof kv);
         kv.seqlen_new = snew, kv.num_splits = 3, kv.num_cache_rows = rows;
         kv.rotary_dim = rd, kv.seqlen_ro = seqlen_ro;
-        int32_t *dcl = dev_put(ctx, run ? good_cl : bad_cl, sizeof bad_cl);
-        int32_t *dcbi = dev_put(ctx, run ? good_cbi : bad_cbi, sizeof bad_cbi);
-        void *dkc = dev_put(ctx, kc, bytes[2]), *dvc = dev_put(ctx, vc, bytes[3]), *dq = dev_put(ctx, q, bytes[0]);
-        void *dkn = dev_put(ctx, kn, (size_t)new_el * es), *dvn = dev_put(ctx, vn, (size_t)new_el * es);
-        void *dcs = dev_put(ctx, cs, (size_t)ro_el * es), *dsn = dev_put(ctx, sn, (size_t)ro_el * es);
+        int32_t *dcl = tc_dev_put(ctx, run ? good_cl : bad_cl, sizeof bad_cl);
+        int32_t *dcbi = tc_dev_put(ctx, run ? good_cbi : bad_cbi, sizeof bad_cbi);
+        void *dkc = tc_dev_put(ctx, kc, bytes[2]), *dvc = tc_dev_put(ctx, vc, bytes[3]), *dq = tc_dev_put(ctx, q, bytes[0]);
+        void *dkn = tc_dev_put(ctx, kn, (size_t)new_el * es), *dvn = tc_dev_put(ctx, vn, (size_t)new_el * es);
+        void *dcs = tc_dev_put(ctx, cs, (size_t)ro_el * es), *dsn = tc_dev_put(ctx, sn, (size_t)ro_el * es);
         void *dout = ctx->ops->ws_alloc(ctx, bytes[0]);
         float *dlse = ctx->ops->ws_alloc(ctx, bytes[1]);
         kv.cache_seqlens = dcl, kv.cache_batch_idx = dcbi, kv.rotary_cos = dcs, kv.rotary_sin = dsn;
         st = flashc_fwd_kvcache(ctx, &d, &kv, dq, dkc, dvc, dkn, dvn, dout, dlse, NULL, 0, NULL);
         const void *dev[4] = {dout, dlse, dkc, dvc};
-        for (int t = 0; t < 4; t++) out[run][t] = tc_alloc(bytes[t]), dev_get(ctx, out[run][t], dev[t], bytes[t]);
-        dev_free(ctx, NULL, dcl), dev_free(ctx, NULL, dcbi), dev_free(ctx, NULL, dkc), dev_free(ctx, NULL, dvc);
-        dev_free(ctx, NULL, dq), dev_free(ctx, NULL, dkn), dev_free(ctx, NULL, dvn), dev_free(ctx, NULL, dcs);
-        dev_free(ctx, NULL, dsn), dev_free(ctx, NULL, dout), dev_free(ctx, NULL, dlse);
+        for (int t = 0; t < 4; t++) out[run][t] = tc_alloc(bytes[t]), tc_dev_get(ctx, out[run][t], dev[t], bytes[t]);
+        tc_dev_free(ctx, NULL, dcl), tc_dev_free(ctx, NULL, dcbi), tc_dev_free(ctx, NULL, dkc), tc_dev_free(ctx, NULL, dvc);
+        tc_dev_free(ctx, NULL, dq), tc_dev_free(ctx, NULL, dkn), tc_dev_free(ctx, NULL, dvn), tc_dev_free(ctx, NULL, dcs);
+        tc_dev_free(ctx, NULL, dsn), tc_dev_free(ctx, NULL, dout), tc_dev_free(ctx, NULL, dlse);
         if (st != FLASHC_OK) {
             tc_fail("%s: run %d: flashc_fwd_kvcache = %s: %s", label, run, flashc_status_string(st), flashc_ctx_last_error(ctx));
             for (int t = 0; t < 4; t++) free(out[run][t]);
@@ -1215,8 +1183,8 @@ int main(int argc, char **argv) {
         }
         kv_sweep(ctx, names[bi]);
         const int pages[3] = {1, 16, 256};
-        if (on_dev(ctx)) tc_skip("paged flashc_fwd on cuda: no CUDA path (block_table is flashc_fwd_kvcache only there)");
-        for (int pi = 0; pi < 3 && !on_dev(ctx) && !g_filter; pi++)
+        if (tc_on_dev(ctx)) tc_skip("paged flashc_fwd on cuda: no CUDA path (block_table is flashc_fwd_kvcache only there)");
+        for (int pi = 0; pi < 3 && !tc_on_dev(ctx) && !g_filter; pi++)
             for (int varlen = 0; varlen <= 1; varlen++)
                 for (int di = 0; di < 2; di++)
                     run_paged_fwd(ctx, names[bi], di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, pages[pi], varlen,
@@ -1229,8 +1197,8 @@ int main(int argc, char **argv) {
             for (int strided = 0; strided <= 1; strided++)
                 run_merge_random(ctx, names[bi], dts[pd], dts[pd], 1, strided, g_seed + 300 + pd * 2 + strided);
         run_merge_attention(ctx, names[bi], g_seed + 400);
-        if (on_dev(ctx)) run_clamp_dev(ctx, g_seed + 500);
-        if (on_dev(ctx)) {
+        if (tc_on_dev(ctx)) run_clamp_dev(ctx, g_seed + 500);
+        if (tc_on_dev(ctx)) {
             tc_skip("bad input on cuda: the front end's checks, run on the host backends");
         } else if (!g_filter) {
             bad_kvcache(ctx);

@@ -251,10 +251,9 @@ static bwd_launch_fn bwd_sm90_launcher(flashc_dtype t, int Dp) {
     return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
 }
 
-// E4M3 only: V^T, rows (kv head, dim) of fp8_vt_cols bytes (flashc_sm90_fwd.cuh, fp8_vt_col0).
+// E4M3 only: V^T, rows (kv head, dim) of fp8_vt_cols bytes (fp8_vt_col0 in flashc_cuda_common.cuh).
 static int64_t fp8_vt_cols(const flashc_problem *p) {
-    const int64_t keys = p->varlen ? p->cu_k_host[p->B] : (int64_t)p->B * p->Sk;
-    return (keys + 31) / 32 * 32 + 64LL * p->B;
+    return fp8_vt_col0(p->varlen ? p->cu_k_host[p->B] : (int64_t)p->B * p->Sk, p->B);
 }
 
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {

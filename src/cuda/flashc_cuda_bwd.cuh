@@ -219,18 +219,15 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_bwd_dkdv_kernel(const __gr
     const int g = lane >> 2, c = lane & 3;
 
     // --- which (key block, batch, kv head) --------------------------------------------------------
-    const int BHk = p.a.B * p.a.H_kv;
-    const int n_block = (int)(blockIdx.x / BHk);
-    const int bh = (int)(blockIdx.x % BHk), h_kv = bh % p.a.H_kv, b = bh / p.a.H_kv;
+    int n_block, b, h_kv;
+    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv);
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int n0 = n_block * BN;
     if (n0 >= s.sk_len) return;
 
-    // --- query rows that see some key of this block: [i_min, i_max] --------------------------------
-    int i_min, i_max;
-    rows_seeing_keys(p.a, s, n0, BN, &i_min, &i_max);
-    const int mb_begin = i_min / BM;
-    const int n_mb = i_max >= i_min ? i_max / BM + 1 - mb_begin : 0;
+    // --- query blocks with rows that see some key of this block ----------------------------------
+    int mb_begin, n_mb;
+    query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
     const int count = n_mb * p.a.group; // (query head of the group, query block) pairs
 
     // warp coordinates in the three tilings
@@ -469,11 +466,8 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_bwd_dq_kernel(const __grid
 
     const uint16_t *Kg = (const uint16_t *)p.k + b * p.k_bs + s.k_row0 * p.k_rs + h_kv * p.k_hs;
     const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + s.k_row0 * p.v_rs + h_kv * p.v_hs;
-    const int m_last = m0 + m_rows - 1;
-    const int n_lo = key_lo(p.a, m0, s.sq, s.sk), n_hi = key_hi(p.a, m_last, s.sq, s.sk);
-    const int nb_min = n_lo / BN;
-    const int nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : nb_min;
-    const int full_lo = key_lo(p.a, m_last, s.sq, s.sk), full_hi = key_hi(p.a, m0, s.sq, s.sk);
+    int nb_min, nb_max, full_lo, full_hi;
+    key_blocks_of_rows(p.a, s, m0, m_rows, BN, &nb_min, &nb_max, &full_lo, &full_hi);
     const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
 
     // this thread's rows: lse2_i and D_i straight from the (padded) workspace

@@ -59,7 +59,7 @@ typedef struct flashc_fwd_params {
     int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
     int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong (FLASHC_CUDA_SM90)
     float o_scale;                  // O_i is multiplied by it at the end: v_descale for E4M3, else 1
-    uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, fp8_vt_kernel)
+    uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, flashc_fp8_vt_kernel)
     int64_t vt_cols;                // E4M3: its row stride in bytes
 } flashc_fwd_params;
 
@@ -149,8 +149,33 @@ static __device__ __forceinline__ int key_hi(const flashc_cuda_attn &a, int i, i
     return h > sk ? sk : (int)(h < 0 ? 0 : h);
 }
 
-// The query rows [*i_min, *i_max] that see some key of [n0, n0 + BN) (the backward's key block):
-// none (*i_max < *i_min) for keys past seqused_k, whose gradients are zero.
+// The key blocks (BN keys) that query rows [m0, m0 + m_rows) need, [*nb_min, *nb_max): causal and
+// window skip whole blocks. [*full_lo, *full_hi): the keys every one of those rows sees (a block
+// inside it needs no mask). Forward and the backward's dQ kernel.
+static __device__ __forceinline__ void key_blocks_of_rows(const flashc_cuda_attn &a, const flashc_cuda_seq &s, int m0,
+                                                          int m_rows, int BN, int *nb_min, int *nb_max, int *full_lo,
+                                                          int *full_hi) {
+    const int m_last = m0 + m_rows - 1;
+    const int n_lo = key_lo(a, m0, s.sq, s.sk), n_hi = key_hi(a, m_last, s.sq, s.sk);
+    *nb_min = n_lo / BN;
+    *nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : *nb_min; // exclusive
+    *full_lo = key_lo(a, m_last, s.sq, s.sk);
+    *full_hi = key_hi(a, m0, s.sq, s.sk);
+}
+
+// The backward's grid: CTA blockIdx.x takes key block *n_block of kv head *h_kv of sequence *b
+// (the (batch, kv head)s of one key block are neighbours, so they run at the same time).
+static __device__ __forceinline__ void bwd_key_block_of_cta(const flashc_cuda_attn &a, int *n_block, int *b, int *h_kv) {
+    const int BHk = a.B * a.H_kv;
+    const int bh = (int)(blockIdx.x % BHk);
+    *n_block = (int)(blockIdx.x / BHk);
+    *h_kv = bh % a.H_kv;
+    *b = bh / a.H_kv;
+}
+
+// The query blocks (BM rows) with a row that sees some key of [n0, n0 + BN) (the backward's key
+// block): blocks *mb_begin .. *mb_begin + *n_mb - 1; none for keys past seqused_k, whose gradients
+// are zero.
 static __device__ __forceinline__ void rows_seeing_keys(const flashc_cuda_attn &a, const flashc_cuda_seq &s, int n0,
                                                         int BN, int *i_min, int *i_max) {
     *i_min = 0;
@@ -162,6 +187,23 @@ static __device__ __forceinline__ void rows_seeing_keys(const flashc_cuda_attn &
     const long long n_end = min(n0 + BN, s.sk), shift = (long long)s.sk - s.sq;
     if (a.window_right >= 0) *i_min = (int)max(0LL, (long long)n0 - shift - a.window_right);
     if (a.window_left >= 0) *i_max = (int)min((long long)s.sq - 1, n_end - 1 - shift + a.window_left);
+}
+
+static __device__ __forceinline__ void query_blocks_of_keys(const flashc_cuda_attn &a, const flashc_cuda_seq &s, int n0,
+                                                            int BN, int BM, int *mb_begin, int *n_mb) {
+    int i_min, i_max; // the rows seeing some key of the block
+    rows_seeing_keys(a, s, n0, BN, &i_min, &i_max);
+    *mb_begin = i_min / BM;
+    *n_mb = i_max >= i_min ? i_max / BM + 1 - *mb_begin : 0;
+}
+
+// The e4m3 forward's V^T (flashc_sm90_fwd.cuh): the column of key 0 of sequence b in each row,
+// where first_key_row is its first k/v row in key order (cu_seqlens_k[b], or b * Sk).
+// 32-aligned, so tiles start on 16 bytes, and 64 columns past the sequence before, so each
+// sequence's last 32-key group, padded with zeros, ends before the next begins. With b = B and the
+// total key count: the row length, vt_cols.
+static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key_row, int b) {
+    return (first_key_row + 31) / 32 * 32 + 64LL * b;
 }
 
 // Row index into the backward's fp32 workspace arrays for (b, h) (add i).

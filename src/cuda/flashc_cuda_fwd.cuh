@@ -109,12 +109,8 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_fwd_kernel(const __grid_co
     const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + s.k_row0 * p.v_rs + h_kv * p.v_hs;
 
     // --- key blocks this query block needs (causal / window skip whole blocks) -------------------
-    const int m_last = m0 + m_rows - 1;
-    const int n_lo = key_lo(p.a, m0, s.sq, s.sk), n_hi = key_hi(p.a, m_last, s.sq, s.sk);
-    const int nb_min = n_lo / BN;
-    const int nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : nb_min; // exclusive
-    // a key block needs no mask when every row of the block sees all of it
-    const int full_lo = key_lo(p.a, m_last, s.sq, s.sk), full_hi = key_hi(p.a, m0, s.sq, s.sk);
+    int nb_min, nb_max, full_lo, full_hi;
+    key_blocks_of_rows(p.a, s, m0, m_rows, BN, &nb_min, &nb_max, &full_lo, &full_hi);
 
     const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
     const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;  // score units -> log2 units

@@ -132,6 +132,19 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
     }
 }
 
+// X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
+// Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
+template <bool BF16, int D, int BN, int BM>
+static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[32], uint32_t sX, uint32_t sY, int wg) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t xo = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
+        const uint32_t yo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+        wgmma_ss_m64n64<BF16, 0, 0>(acc, sm90_desc(sX + xo, 16, 1024), sm90_desc(sY + yo, 16, 1024), kk);
+    }
+    wgmma_commit();
+}
+
 // S^T (keys x queries, raw k.q) -> P^T = exp2(S scale log2e - lse2_q) (0 where masked), in place
 // as P^T dsf (dsf = 1 - tanh^2 under softcap, else 1: what dS^T needs), and P^T packed as the A
 // fragments of dV += P^T dO_i. The m64n64 accumulator layout: element i of this thread is key
@@ -245,16 +258,13 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
     const int g = lane >> 2, c = lane & 3;
 
     // --- which (key block, batch, kv head), and the query rows that see some of its keys ---------
-    const int BHk = p.a.B * p.a.H_kv;
-    const int n_block = (int)(blockIdx.x / BHk);
-    const int bh = (int)(blockIdx.x % BHk), h_kv = bh % p.a.H_kv, b = bh / p.a.H_kv;
+    int n_block, b, h_kv;
+    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv);
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int n0 = n_block * BN;
     if (n0 >= s.sk_len) return;
-    int i_min, i_max;
-    rows_seeing_keys(p.a, s, n0, BN, &i_min, &i_max);
-    const int mb_begin = i_min / BM;
-    const int n_mb = i_max >= i_min ? i_max / BM + 1 - mb_begin : 0;
+    int mb_begin, n_mb;
+    query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
     const int count = n_mb * p.a.group; // (query head of the group, query block) pairs
 
     float dK[D / 2], dV[D / 2];
@@ -293,20 +303,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             // two groups: P^T is computed while dP^T is still on the tensor cores
             float S[32], dP[32];
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-                const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                wgmma_ss_m64n64<BF16, 0, 0>(S, sm90_desc(sK + ko, 16, 1024), sm90_desc(sQs + qo, 16, 1024), kk);
-            }
-            wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const uint32_t ko = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-                const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                wgmma_ss_m64n64<BF16, 0, 0>(dP, sm90_desc(sV + ko, 16, 1024), sm90_desc(sdOs + qo, 16, 1024), kk);
-            }
-            wgmma_commit();
+            sm90_issue_rows_t<BF16, D, BN, BM>(S, sK, sQs, wg);
+            sm90_issue_rows_t<BF16, D, BN, BM>(dP, sV, sdOs, wg);
 
             float l2[16], dl[16];
 #pragma unroll

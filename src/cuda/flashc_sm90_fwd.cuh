@@ -47,11 +47,9 @@ struct sm90_elem<__nv_fp8_e4m3> {
     typedef __nv_bfloat16 out;
 };
 
-// Column of key 0 of sequence b in each row of the fp8 V^T: 32-aligned (tiles start on 16 bytes),
-// and 64 columns apart from the sequence before, so that each sequence's last 32-key group, padded
-// with zeros, ends before the next begins. vt_cols = this for b = B (total_k in varlen mode).
-static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key_row, int b) {
-    return (first_key_row + 31) / 32 * 32 + 64LL * b;
+// Column of key 0 of sequence b in each row of the fp8 V^T (fp8_vt_col0 of flashc_cuda_common.cuh).
+static __device__ __forceinline__ int64_t fp8_vt_seq_col0(const flashc_cuda_attn &a, const flashc_cuda_seq &s, int b) {
+    return fp8_vt_col0(a.cu_k ? (int64_t)s.k_row0 : (int64_t)b * a.Sk, b);
 }
 
 // The e4m3 P_ij does not line up with wgmma's A layout: a register holds 4 consecutive k,
@@ -219,16 +217,12 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
     const char *Qg = (const char *)p.q + (b * p.q_bs + (s.q_row0 + m0) * p.q_rs + h * p.q_hs) * ES;
     const char *Kg = (const char *)p.k + (b * p.k_bs + s.k_row0 * p.k_rs + h_kv * p.k_hs) * ES;
     const char *Vg = sm90_elem<T>::FP8
-                         ? (const char *)p.vt + (int64_t)h_kv * p.a.D * p.vt_cols +
-                               fp8_vt_col0(p.a.cu_k ? (int64_t)s.k_row0 : (int64_t)b * p.a.Sk, b)
+                         ? (const char *)p.vt + (int64_t)h_kv * p.a.D * p.vt_cols + fp8_vt_seq_col0(p.a, s, b)
                          : (const char *)p.v + (b * p.v_bs + s.k_row0 * p.v_rs + h_kv * p.v_hs) * ES;
 
     // --- key blocks this query block needs (causal / window skip whole blocks) -------------------
-    const int m_last = m0 + m_rows - 1;
-    const int n_lo = key_lo(p.a, m0, s.sq, s.sk), n_hi = key_hi(p.a, m_last, s.sq, s.sk);
-    const int nb_min = n_lo / BN;
-    const int nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : nb_min; // exclusive
-    const int full_lo = key_lo(p.a, m_last, s.sq, s.sk), full_hi = key_hi(p.a, m0, s.sq, s.sk);
+    int nb_min, nb_max, full_lo, full_hi;
+    key_blocks_of_rows(p.a, s, m0, m_rows, BN, &nb_min, &nb_max, &full_lo, &full_hi);
 
     const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
     const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
@@ -450,7 +444,7 @@ __global__ void __launch_bounds__(128) flashc_fp8_vt_kernel(const __grid_constan
         *(uint4 *)&tile[r][16 * c] = j0 + r < s.sk ? *(const uint4 *)(vg + r * p.v_rs + 16 * c) : make_uint4(0, 0, 0, 0);
     }
     __syncthreads();
-    uint8_t *vt = p.vt + (int64_t)hk * D * p.vt_cols + fp8_vt_col0(p.a.cu_k ? (int64_t)s.k_row0 : (int64_t)b * p.a.Sk, b) + j0;
+    uint8_t *vt = p.vt + (int64_t)hk * D * p.vt_cols + fp8_vt_seq_col0(p.a, s, b) + j0;
     for (int i = threadIdx.x; i < 2 * D; i += 128) {
         const int d = i / 2, half = i % 2;
         uint32_t w[4];
