@@ -44,7 +44,8 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // Measured by dev/cuda/fwd90_lab.cu on the H200 (2026-11-29), bf16, S = 4096, B * S = 16k, hidden
 // 2048, TFLOP/s non-causal / causal (noise ~3%); "s3" = 3 stages, "pp" = ping-pong:
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
-// 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T). H200, dev/cuda/bench_fp8.py,
+// 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T). H200, dev/cuda/bench_fp8.py
+// (bench/results/h200-2026-11-29-fp8-lab.txt),
 // D = 128 non-causal S = 4096 / 8192: ping-pong 588 / 633 TFLOP/s, lockstep 538 / 574 (bf16 in the
 // same runs 465 / 484 and 399 / 413). D = 256 keeps the bf16 row's lockstep loop; at bn = 128 it
 // spills 28-32 bytes (ptxas), a smaller bn would need the 64-byte swizzle for V^T. Not tuned further.
