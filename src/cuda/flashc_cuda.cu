@@ -24,7 +24,7 @@ typedef struct flashc_cuda_priv {
     int cc_major, cc_minor;
     int debug_sync;   // FLASHC_DEBUG_SYNC set
     int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
-    int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2: force its lockstep / ping-pong loop (0: tuned)
+    int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force its lockstep / ping-pong / TMA loop (0: tuned)
 } flashc_cuda_priv;
 
 static flashc_status cuda_fail(flashc_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
@@ -82,7 +82,7 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     // force the wgmma kernel's lockstep / ping-pong loop.
     env = getenv("FLASHC_CUDA_SM90");
     pv->sm90 = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
-    pv->sm90_pp = env && (env[0] == '1' || env[0] == '2') ? env[0] - '0' : 0;
+    pv->sm90_pp = env && env[0] >= '1' && env[0] <= '3' ? env[0] - '0' : 0;
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -172,6 +172,7 @@ static void attn_from_problem(flashc_cuda_attn *a, const flashc_problem *p) {
     a->Sk = p->Sk;
     a->D = p->D;
     a->total_q = p->total_q;
+    a->total_k = p->total_k;
     a->cu_q = p->varlen ? p->cu_q : NULL;
     a->cu_k = p->varlen ? p->cu_k : NULL;
     a->seqused_k = p->seqused_k;

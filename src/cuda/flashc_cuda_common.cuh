@@ -33,7 +33,7 @@ typedef struct flashc_cuda_attn {
     int B, H, H_kv, group;          // group = H / H_kv: query head h reads kv head h / group
     int Sq, Sk;                     // max lengths (varlen: upper bounds; grids are sized by them)
     int D;                          // the actual head dim (the kernel's template D may be larger)
-    int64_t total_q;                // rows of q (lse in varlen mode is (H, total_q))
+    int64_t total_q, total_k;       // rows of q (lse in varlen mode is (H, total_q)) and of k / v
     const int32_t *cu_q, *cu_k;     // device, B + 1 offsets; NULL in batch mode
     const int32_t *seqused_k;       // device, B entries, may be NULL
     const float *alibi;             // device slopes, NULL = off; slope of (b, h) is alibi[b * alibi_bs + h]
@@ -57,7 +57,7 @@ typedef struct flashc_fwd_params {
     int64_t q_bs, q_rs, q_hs, k_bs, k_rs, k_hs, v_bs, v_rs, v_hs, o_bs, o_rs, o_hs;
     int n_m_blocks;                 // ceil(Sq / BM) query blocks per (batch, head)
     int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
-    int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong (FLASHC_CUDA_SM90)
+    int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong, 3 TMA (FLASHC_CUDA_SM90)
     float o_scale;                  // O_i is multiplied by it at the end: v_descale for E4M3, else 1
     uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, flashc_fp8_vt_kernel)
     int64_t vt_cols;                // E4M3: its row stride in bytes
@@ -199,11 +199,14 @@ static __device__ __forceinline__ void query_blocks_of_keys(const flashc_cuda_at
 
 // The e4m3 forward's V^T (flashc_sm90_fwd.cuh): the column of key 0 of sequence b in each row,
 // where first_key_row is its first k/v row in key order (cu_seqlens_k[b], or b * Sk).
-// 32-aligned, so tiles start on 16 bytes, and 64 columns past the sequence before, so each
-// sequence's last 32-key group, padded with zeros, ends before the next begins. With b = B and the
+// 32-aligned, so tiles start on 16 bytes, with FP8_VT_GAP columns between sequences: the next
+// sequence starts at least FP8_VT_GAP - 31 columns past this one's end, and flashc_fp8_vt_kernel
+// writes zeros from the end up to 128 columns past its last 32-key group, so a 128-key V^T tile
+// starting at any key of the sequence reads only this sequence's keys and zeros. With b = B and the
 // total key count: the row length, vt_cols.
+#define FP8_VT_GAP 192
 static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key_row, int b) {
-    return (first_key_row + 31) / 32 * 32 + 64LL * b;
+    return (first_key_row + 31) / 32 * 32 + (int64_t)FP8_VT_GAP * b;
 }
 
 // Row index into the backward's fp32 workspace arrays for (b, h) (add i).

@@ -18,7 +18,8 @@ typedef struct flashc_cuda_tile {
     int wm_sdp;  // backward dkdv: warps along the query rows of S and dP (the rest along keys)
     int wn_kv;   // backward dkdv: warps along the keys of dK, dV (the rest along the head dim)
     int wm_dq;   // backward dkdv: warps along the query rows of dQ (the rest along the head dim)
-    int pingpong; // sm90 forward: warpgroup ping-pong loop (flashc_sm90_fwd.cuh PP), else lockstep
+    int pingpong; // sm90 forward loop: 0 lockstep, 1 ping-pong (cp.async), 2 warp-specialized (TMA
+                  // producer warpgroup + nwarps / 4 consumer warpgroups), flashc_sm90_fwd.cuh
 } flashc_cuda_tile;
 
 // The compiled head dims, ascending (gen_inst.py writes one instance file per entry and dtype).
@@ -37,28 +38,38 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 }
 
 // Hopper forward (flashc_sm90_fwd.cuh, wgmma): bm = 64 query rows per consumer warpgroup,
-// nwarps = 4 per warpgroup, bn keys per step, stages K and stages V buffers, pingpong: the
-// FA3 ping-pong loop (else both warpgroups step in lockstep behind one CTA barrier per block).
-// Limits: registers S (bn / 2) + P (bn / 4) + O (D / 2) per thread, at most 255 with 2 warpgroups
-// and 168 with 3; smem Q + 2 * stages K/V tiles <= 227 KB (D = 256, bn = 80, 2 stages: 225 KB).
-// Measured by dev/cuda/fwd90_lab.cu on the H200 (2026-11-29), bf16, S = 4096, B * S = 16k, hidden
-// 2048, TFLOP/s non-causal / causal (noise ~3%); "s3" = 3 stages, "pp" = ping-pong:
+// nwarps = 4 per consumer warpgroup, bn keys per step, stages K and stages V buffers, pingpong =
+// the loop: 2 = warp-specialized (a TMA producer warpgroup besides the consumers, registers
+// 240 / 160 per consumer thread with 2 / 3 consumer warpgroups), 1 = ping-pong with cp.async by
+// every thread, 0 = lockstep. Limits: registers S (bn / 2) + P (bn / 4) + O (D / 2) per consumer
+// thread; smem Q + 2 * stages K/V tiles <= 227 KB (D = 256, bn = 80, 2 stages: 225 KB). The
+// problems the TMA kernel does not take (bf16/f16 varlen or seqused_k) run the same tile on loop
+// flashc_cuda_fwd_sm90_fallback(D).
+// Measured by dev/cuda/fwd90_lab.cu on the H200 (2026-12-01, bench/results/h200-2026-12-01-ws-lab.txt),
+// bf16, B * S = 16k, hidden 2048, TFLOP/s at S = 1024 / 4096 / 16384, "NWGxBN sSTAGES", ws = loop 2:
+//   D =  64 non-causal: 3x128 s3 ws 348/459/476; 2x128 s3 ws 329/417/439, 3x128 s2 ws 346/458/474,
+//                       2x192 s2 ws 295/422/474, 2x128 s3 ping-pong 269/294/330
+//           causal:     2x128 s3 ws 202/347/414; 3x128 s3 ws 195/330/446, 2x128 s2 ws 202/340/386
+//   D = 128 non-causal: 2x128 s3 ws 511/549-605/612-674 (two runs of the same tile); 2x128 s2 ws
+//                       513/572/581, 2x176 s2 ws 455/562/619, 2x192 s2 ws 421/549/610, ping-pong 399/360/435
+//           causal:     2x128 s3 ws 326/478-524/611-631; 2x128 s2 ws 320/486/576, 2x176 s2 ws 285/452/552
+//   D = 256 non-causal: 2x80 s2 ws 594/736/758; 2x64 s2 ws 580/715/625, 2x48 s3 ws 509/512/594,
+//                       2x80 s2 lockstep 394/418/490
+//           causal:     2x80 s2 ws 331/648/766; 2x64 s2 ws 347/641/647, 2x80 s2 lockstep 286/421/480
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
-// 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T). H200, dev/cuda/bench_fp8.py
-// (bench/results/h200-2026-11-29-fp8-lab.txt),
-// D = 128 non-causal S = 4096 / 8192: ping-pong 588 / 633 TFLOP/s, lockstep 538 / 574 (bf16 in the
-// same runs 465 / 484 and 399 / 413). D = 256 keeps the bf16 row's lockstep loop; at bn = 128 it
-// spills 28-32 bytes (ptxas), a smaller bn would need the 64-byte swizzle for V^T. Not tuned further.
-static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false) {
-    return fp8 ? (D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}
-                           : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 0})
-         : D <= 64 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}   //  64: 313/288; 2x192 s3 pp 313/287,
-                                                                     //      3x128 s2 312/270 (spills), 2x128 s3 281/260
-         : D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 1}  // 128: 460/419; 2x128 s3 389/358,
-                                                                     //      2x128 s2 pp 353/355, 2x176 s2 371/336, 2x64 s4 pp 378/348
-                    : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 0};  // 256: 467/406; 2x64 s2 465/407,
-                                                                     //      2x48 s3 pp 464/402, 2x80 s2 pp 398/387
+// 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T): 2x128 ws, 3 / 2 stages;
+// H200 (same file, dev/cuda/bench_fp8.py) D = 128 S = 4096 / 16384: 737 / 823 TFLOP/s non-causal.
+static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool causal = false) {
+    return fp8        ? (D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
+         : D <= 64   ? (causal ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})
+         : D <= 128  ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2}
+                     : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 2};
 }
+
+// The loop of the problems the TMA kernel does not take (2026-11-29, same lab, S = 4096,
+// non-causal / causal TFLOP/s): ping-pong for D <= 128 (D = 128: 460/419 against lockstep
+// 389/358), lockstep for D = 256 (467/406 against ping-pong 398/387).
+static constexpr int flashc_cuda_fwd_sm90_fallback(int D) { return D <= 128 ? 1 : 0; }
 
 // Backward dK/dV main kernel (FA2 Alg. 2 over key blocks), with its three warp grids.
 static constexpr flashc_cuda_tile flashc_cuda_tune_bwd(int D) {
@@ -78,11 +89,20 @@ static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
 }
 
-// + 1024: manual 1024-byte alignment, + 64: mbarriers; the Q region is 2 bytes per element for
+// + 1024: manual 1024-byte alignment, + 256: mbarriers; the Q region is 2 bytes per element for
 // every input type (it stages the bf16/f16 O_i)
+static constexpr int flashc_cuda_fwd_sm90_smem_of(int bm, int bn, int stages, int D, int es) {
+    return 1024 + bm * D * 2 + 2 * stages * bn * D * es + 256;
+}
+static constexpr int flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tile t, int D, bool fp8) {
+    return flashc_cuda_fwd_sm90_smem_of(t.bm, t.bn, t.stages, D, fp8 ? 1 : 2);
+}
+// the larger of the causal and non-causal tiles
 static constexpr int flashc_cuda_fwd_sm90_smem(int D, bool fp8 = false) {
-    return 1024 + flashc_cuda_tune_fwd_sm90(D, fp8).bm * D * 2 +
-           2 * flashc_cuda_tune_fwd_sm90(D, fp8).stages * flashc_cuda_tune_fwd_sm90(D, fp8).bn * D * (fp8 ? 1 : 2) + 64;
+    return flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8) >
+                   flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8)
+               ? flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8)
+               : flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8);
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {

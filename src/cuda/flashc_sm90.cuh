@@ -16,6 +16,8 @@
 #ifndef FLASHC_SM90_CUH
 #define FLASHC_SM90_CUH
 
+#include <cudaTypedefs.h> // CUtensorMap, PFN_cuTensorMapEncodeTiled (no -lcuda: HOPPER-NOTES 3.1)
+
 #include "flashc_cuda_common.cuh"
 
 // ------------------------------------------------------------------------------------------------
@@ -141,6 +143,70 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// Arms bar for `bytes` more (the TMA loads that complete on it) and arrives once (HOPPER-NOTES 4.1).
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------
+// TMA (HOPPER-NOTES 3) and register reallocation (HOPPER-NOTES 5)
+
+// One box of a 4-d tensor map at element coordinates (c0 innermost) into shared memory at dst,
+// completing on bar; out-of-bounds elements arrive as zeros and count toward the bytes.
+static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                   int c3, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+
+// Every warp of the warpgroup runs the same one (.aligned); the kernel needs __launch_bounds__.
+template <int N>
+static __device__ __forceinline__ void reg_alloc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+static __device__ __forceinline__ void reg_dealloc(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Host: a rank-4 map (dim 0 contiguous, strides in bytes) of 1- or 2-byte elements, 128-byte
+// swizzle, box {128 bytes, box_rows, 1, 1}: one 128-byte column block of box_rows rows, written
+// in the layout of sw128_offset. A dimension of extent 1 gets stride 16 (never used). False when
+// the driver refuses (strides not multiples of 16 or >= 2^40, ...): the caller falls back.
+static inline bool sm90_tma_map(CUtensorMap *map, const void *base, int es, const uint64_t dim[4],
+                                const int64_t stride_bytes[3], int box_rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL; // a benign race: every thread stores the same pointer
+    if (!encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !fn) {
+            cudaGetLastError();
+            return false;
+        }
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    cuuint64_t d[4], st[3];
+    for (int i = 0; i < 4; i++) {
+        if (dim[i] == 0) return false;
+        d[i] = dim[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        if (dim[i + 1] > 1 && (stride_bytes[i] <= 0 || stride_bytes[i] % 16)) return false;
+        st[i] = dim[i + 1] > 1 ? (cuuint64_t)stride_bytes[i] : 16;
+    }
+    const cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1}, estr[4] = {1, 1, 1, 1};
+    return encode(map, es == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, (void *)base, d, st,
+                  box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // ------------------------------------------------------------------------------------------------

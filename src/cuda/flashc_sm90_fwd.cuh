@@ -3,11 +3,14 @@
 // flashc_cuda.cu dispatches to it on compute capability 9.0 when every tensor allows 16-byte
 // access; everything else runs the mma.sync kernel of flashc_cuda_fwd.cuh.
 //
-// One CTA = NWG warpgroups, each owning 64 query rows of the BM = 64 NWG rows of Q_i (wgmma's M is
-// 64), so m_i, l_i and O_i of a row stay in one warpgroup (in fact in one quad of one warp, as
-// in the mma.sync kernel). No producer warp: every thread issues cp.async into the 128B-swizzled
-// tiles of flashc_sm90.cuh, which also zero-fills ragged tails and padded head-dim columns, so
-// varlen, seqused_k and any seqlen need nothing special. Per key block j, per warpgroup:
+// Two kernels share the math below. flashc_fwd_sm90_ws_kernel (the tuned one): a producer
+// warpgroup loads Q_i, K_j, V_j by TMA into mbarrier rings, NWG consumer warpgroups compute.
+// flashc_fwd_sm90_kernel (problems the TMA maps cannot describe: bf16/f16 varlen and seqused_k):
+// no producer, every thread issues cp.async, which zero-fills ragged tails itself.
+// A CTA's consumers are NWG warpgroups, each owning 64 query rows of the BM = 64 NWG rows of Q_i
+// (wgmma's M is 64), so m_i, l_i and O_i of a row stay in one warpgroup (in fact in one quad of
+// one warp, as in the mma.sync kernel). Tiles use the 128B-swizzled layout of flashc_sm90.cuh
+// (what TMA writes with the 128-byte swizzle). Per key block j, per warpgroup:
 //   S_ij = Q_i K_j^T      wgmma SS (both K-major), D / 16 k-steps, N = BN
 //   O_i += P_i,j-1 V_j-1  wgmma RS (P from registers: the S accumulator layout is the A layout,
 //                         HOPPER-NOTES 1.7), V MN-major, BN / 16 k-steps, N = D
@@ -168,6 +171,116 @@ static __device__ __forceinline__ void sm90_load_rows(uint32_t tile, const char 
     sm90_load_tile<ROWS, D * ES / 2, NTHREADS>(tile, (const uint16_t *)g, rs * ES / 2, rows, Dact * ES / 2, safe, tid);
 }
 
+// The (query block, batch, head) of CTA cta: groups of p.bh_chunk (batch, head)s, heaviest query
+// blocks first inside a group (flashc_sm90_bh_chunk).
+static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p, int cta, int *m_block, int *b, int *h) {
+    const int BH = p.a.B * p.a.H, per_chunk = p.n_m_blocks * p.bh_chunk;
+    const int chunk = cta / per_chunk, in_chunk = cta % per_chunk;
+    const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk); // the last group may be smaller
+    *m_block = p.n_m_blocks - 1 - in_chunk / heads;
+    const int bh = chunk * p.bh_chunk + in_chunk % heads;
+    *h = bh % p.a.H;
+    *b = bh / p.a.H;
+}
+
+// Online softmax of one key block, S in log2 units up to the factor sl2 (Alg. 1 lines 9-10):
+// m_new = max(m_i, rowmax(S_ij)); P_ij = exp2(S_ij sl2 - m_new) in place; l_i = alpha l_i + rowsum(P_ij).
+// As in the mma.sync kernel, m_i moves only when a row's max grew by more than 8 (log2 units):
+// P_ij <= 2^8 stays exact in fp32, and O_i is rescaled rarely. Not for e4m3: there P_ij is rounded
+// to 3 mantissa bits, and with m_i the exact running max the largest P_ij of a row is 1, exact, as
+// in a naive fp8 attention; with a stale m_i it carried up to 6% error and O erred 2-3.7x the naive
+// (H200, test_fp8, Sk >= 129). Returns whether O_i must be multiplied by alpha (warp-uniform).
+template <typename T, int BN>
+static __device__ __forceinline__ bool sm90_softmax(float *S, float *m_i, float *l_i, float *alpha, float sl2) {
+    constexpr float M_SLACK = sm90_elem<T>::FP8 ? 0.f : 8.f;
+    float mx[2];
+    bool grow = false;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float x = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+        mx[r] = quad_max(x) * sl2;
+        grow |= mx[r] > m_i[r] + M_SLACK;
+    }
+    const bool rescale = __any_sync(0xffffffffu, grow);
+    if (rescale) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float m_new = fmaxf(m_i[r], mx[r]);
+            alpha[r] = ex2(m_i[r] - (m_new == -INFINITY ? 0.f : m_new));
+            m_i[r] = m_new;
+            l_i[r] *= alpha[r];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float ms = m_i[r] == -INFINITY ? 0.f : m_i[r];
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float x = ex2(fmaf(S[4 * nt + 2 * r + e], sl2, -ms));
+                S[4 * nt + 2 * r + e] = x;
+                sum += x;
+            }
+        l_i[r] += sum;
+    }
+    return rescale;
+}
+
+// Once the previous PV is done: O_i *= alpha where the running max moved (line 10's rescale),
+// and P_ij packed as the A operand of the next PV.
+template <typename T, int D, int BN>
+static __device__ __forceinline__ void sm90_rescale_pack(float *O, uint32_t (*P)[4], const float *S, bool rescale,
+                                                         const float *alpha) {
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
+    if (rescale) {
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) O[i] *= alpha[(i >> 1) & 1];
+    }
+    sm90_pack_p<T, BN>(P, S);
+}
+
+// Epilogue of warpgroup wg (its 64 rows of the BM-row block at m0): O_i = O_i / l_i,
+// L_i = m_i + log(l_i) (lines 12-13). It stages its rows of O_i in its rows of the (swizzled) Q
+// tile at sQ, which only its own, finished, wgmmas read, then stores them as 16-byte chunks.
+template <typename T, int D, int BM>
+static __device__ __forceinline__ void sm90_fwd_store(const flashc_fwd_params &p, const flashc_cuda_seq &s, int b,
+                                                      int h, int m0, int wg, const float *O, const float *m_i,
+                                                      const float *l_i, uint32_t sQ) {
+    const int t128 = threadIdx.x & 127, lane = t128 & 31;
+    const int trow = wg * 64 + (t128 >> 5) * 16 + (lane >> 2);
+    float *lse = p.lse;
+    const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
+    char *smem = (char *)flashc_smem + (sQ - smem_u32(flashc_smem));
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_i[r]);
+        const float inv = l > 0.f ? p.o_scale / l : 0.f;
+        const int row = trow + 8 * r;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const uint32_t off = sw128_offset(BM, row, 8 * nt) + 4 * (lane & 3);
+            *(uint32_t *)(smem + off) =
+                pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+        }
+        if (lse && (lane & 3) == 0 && m0 + row < s.sq)
+            lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+    }
+    bar_sync(1 + wg, 128);
+    const int m_rows = min(BM, s.sq - m0);
+    uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0) * p.o_rs + h * p.o_hs;
+#pragma unroll
+    for (int it = 0; it < 64 * D / 8 / 128; it++) {
+        const int idx = t128 + it * 128, r = wg * 64 + idx / (D / 8), c = 8 * (idx % (D / 8));
+        if (r < m_rows && c < p.a.D)
+            *(uint4 *)(Og + (int64_t)r * p.o_rs + c) = *(const uint4 *)(smem + sw128_offset(BM, r, c));
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // the kernel
 
@@ -201,12 +314,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
 
-    // --- which (query block, batch, head): groups of bh_chunk heads, heaviest blocks first ------
-    const int BH = p.a.B * p.a.H, per_chunk = p.n_m_blocks * p.bh_chunk;
-    const int chunk = (int)(blockIdx.x / per_chunk), in_chunk = (int)(blockIdx.x % per_chunk);
-    const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk); // the last group may be smaller
-    const int m_block = p.n_m_blocks - 1 - in_chunk / heads;
-    const int bh = chunk * p.bh_chunk + in_chunk % heads, h = bh % p.a.H, b = bh / p.a.H;
+    int m_block, b, h;
+    sm90_fwd_tile(p, (int)blockIdx.x, &m_block, &b, &h);
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int m0 = m_block * BM;
     if (m0 >= s.sq) return;
@@ -308,47 +417,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
             if (p.a.transform) sm90_scores_transform<BN>(S, p.a, slope, row0 + s.sk - s.sq, col0);
             if (!(n0 >= full_lo && n0 + BN <= full_hi)) sm90_scores_mask<BN>(S, p.a, s, row0, col0);
 
-            // m_new = max(m_i, rowmax(S_ij)); P_ij = exp2(S_ij - m_new); l_i = alpha l_i + rowsum(P_ij)
-            // (lines 9-10). As in the mma.sync kernel, m_i moves only when a row's max grew by more
-            // than 8 (log2 units): P_ij <= 2^8 stays exact in fp32, and O_i is rescaled rarely. Not
-            // for e4m3: there P_ij is rounded to 3 mantissa bits, and with m_i the exact running max
-            // the largest P_ij of a row is 1, exact, as in a naive fp8 attention; with a stale m_i it
-            // carried up to 6% error and O erred 2-3.7x the naive (H200, test_fp8, Sk >= 129).
-            constexpr float M_SLACK = sm90_elem<T>::FP8 ? 0.f : 8.f;
-            float mx[2], alpha[2] = {1.f, 1.f};
-            bool grow = false;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float x = -INFINITY;
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
-                mx[r] = quad_max(x) * sl2;
-                grow |= mx[r] > m_i[r] + M_SLACK;
-            }
-            const bool rescale = __any_sync(0xffffffffu, grow);
-            if (rescale) {
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const float m_new = fmaxf(m_i[r], mx[r]);
-                    alpha[r] = ex2(m_i[r] - (m_new == -INFINITY ? 0.f : m_new));
-                    m_i[r] = m_new;
-                    l_i[r] *= alpha[r];
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float ms = m_i[r] == -INFINITY ? 0.f : m_i[r];
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float x = ex2(fmaf(S[4 * nt + 2 * r + e], sl2, -ms));
-                        S[4 * nt + 2 * r + e] = x;
-                        sum += x;
-                    }
-                l_i[r] += sum;
-            }
+            float alpha[2] = {1.f, 1.f};
+            const bool rescale = sm90_softmax<T, BN>(S, m_i, l_i, alpha, sl2);
 
             if (PP) { // load K_t+STAGES-1, V_t+STAGES-2 into the slot every warpgroup released after block t - 1
                 const int sk1 = st == 0 ? STAGES - 1 : st - 1;
@@ -367,13 +437,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
             // the previous PV is done: O_i may be rescaled and P may be overwritten
             wgmma_wait<0>();
             if (PP && (tid & 127) == 0) mbar_arrive(empty0 + 8 * st); // this warpgroup is done with K_t, V_t-1
-#pragma unroll
-            for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
-            if (rescale) {
-#pragma unroll
-                for (int i = 0; i < D / 2; i++) O[i] *= alpha[(i >> 1) & 1];
-            }
-            sm90_pack_p<T, BN>(P, S);
+            sm90_rescale_pack<T, D, BN>(O, P, S, rescale, alpha);
         }
 
         // the last O_i += P V
@@ -395,49 +459,194 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
     }
 
     // --- epilogue: O_i = O_i / l_i; L_i = m_i + log(l_i)    (lines 12-13) -------------------------
-    // Each warpgroup stages its own 64 rows of O_i in its rows of the (swizzled) Q tile, which
-    // only its own, finished, wgmmas read, then stores them as 16-byte chunks.
-    float *lse = p.lse;
-    const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
-    uint16_t *smem = (uint16_t *)((char *)flashc_smem + (sQ - smem_u32(flashc_smem)));
+    sm90_fwd_store<T, D, BM>(p, s, b, h, m0, wg, O, m_i, l_i, sQ);
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// the warp-specialized kernel (FA3's structure, HOPPER-NOTES 6): warpgroup 0 is the producer, one
+// thread of it issues every load by TMA (Q_i once, then K_j and V_j per key block into rings of
+// STAGES buffers, each buffer with a full and an empty mbarrier); warpgroups 1..NWG are the
+// consumers of the ping-pong loop above, each owning 64 query rows. setmaxnreg moves registers
+// from the producer (which needs ~20) to the consumers. The loaders compute no addresses and
+// issue no cp.async, so the consumers spend their issue slots on wgmma and the softmax only.
+// The producer runs K one block ahead of V (K_j is read one step before V_j):
+//   K_0, then for each j >= 1: K_j (buffer freed by S of block j - STAGES), V_j-1 (freed by PV of
+//   block j - 1 - STAGES); then the last V.
+// TMA zero-fills rows past the tensor's extent and head-dim columns past p.a.D, so the batch-mode
+// bf16/f16 maps need nothing else. Rows inside the tensor but past the sequence (varlen: the next
+// sequence; seqused_k: an unused cache tail) would reach V_j with P_ij = 0, where a NaN there would
+// still poison O: those problems take the cp.async kernel. e4m3 reads V^T, zero past every
+// sequence (flashc_fp8_vt_kernel writes FP8_VT_GAP columns of zeros), so it runs here always.
+
+typedef struct flashc_sm90_maps {
+    CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
+} flashc_sm90_maps;
+
+// Rows r0 .. r0 + ROWS - 1 of (head c2, batch c3) of a map with 128-byte column blocks: one box per
+// column block, written ROWS * 128 bytes apart (the layout of sw128_offset).
+template <int ROWS, int BYTES_PER_ROW, int ES>
+static __device__ __forceinline__ void sm90_tma_rows(uint32_t tile, const CUtensorMap *map, int c0, int r0, int c2,
+                                                     int c3, uint32_t bar) {
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float l = quad_sum(l_i[r]);
-        const float inv = l > 0.f ? p.o_scale / l : 0.f;
-        const int row = trow + 8 * r;
+    for (int cb = 0; cb < BYTES_PER_ROW / 128; cb++)
+        tma_load_4d(tile + cb * ROWS * 128, map, c0 + cb * (128 / ES), r0, c2, c3, bar);
+}
+
+template <typename T, int D, int NWG, int BN, int STAGES>
+__global__ void __launch_bounds__((NWG + 1) * 128, 1)
+    flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = NWG * 64, ES = sm90_elem<T>::ES;
+    constexpr bool FP8 = sm90_elem<T>::FP8;
+    // registers per thread (HOPPER-NOTES 5): 168 at entry with 384 threads, 128 with 512
+    constexpr int PRODUCER_REGS = NWG == 2 ? 24 : 32, CONSUMER_REGS = NWG == 2 ? 240 : 160;
+    constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * ES;
+    static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
+    static_assert(D * ES % 128 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
+    static_assert(!FP8 || BN % 128 == 0, "fp8: V^T rows of BN bytes fill 128-byte swizzle rows");
+
+    const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
+    const uint32_t barQ = sV0 + STAGES * KV_BYTES, fullK = barQ + 8, fullV = fullK + 8 * STAGES,
+                   emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES;
+
+    const int tid = threadIdx.x, wg = tid >> 7;
+    int m_block, b, h;
+    sm90_fwd_tile(p, (int)blockIdx.x, &m_block, &b, &h);
+    const flashc_cuda_seq s = cuda_seq(p.a, b);
+    const int m0 = m_block * BM;
+    if (m0 >= s.sq) return;
+    const int h_kv = h / p.a.group, m_rows = min(BM, s.sq - m0);
+    int nb_min, nb_max, full_lo, full_hi;
+    key_blocks_of_rows(p.a, s, m0, m_rows, BN, &nb_min, &nb_max, &full_lo, &full_hi);
+    const int n_blocks = nb_max - nb_min;
+
+    if (tid == 0) {
+        mbar_init(barQ, 1);
 #pragma unroll
-        for (int nt = 0; nt < D / 8; nt++) {
-            const uint32_t off = sw128_offset(BM, row, 8 * nt) + 4 * (lane & 3);
-            *(uint32_t *)((char *)smem + off) =
-                pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+        for (int i = 0; i < STAGES; i++) {
+            mbar_init(fullK + 8 * i, 1);
+            mbar_init(fullV + 8 * i, 1);
+            mbar_init(emptyK + 8 * i, NWG);
+            mbar_init(emptyV + 8 * i, NWG);
         }
-        if (lse && (lane & 3) == 0 && m0 + row < s.sq)
-            lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+        fence_mbarrier_init();
     }
-    bar_sync(1 + wg, 128);
-    uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0) * p.o_rs + h * p.o_hs;
-    const int t128 = tid & 127;
+    __syncthreads();
+
+    if (wg == 0) { // --- producer ---------------------------------------------------------------
+        reg_dealloc<PRODUCER_REGS>();
+        if (tid == 0 && n_blocks > 0) {
+            tma_prefetch_map(&maps.q);
+            tma_prefetch_map(&maps.k);
+            tma_prefetch_map(&maps.v);
+            // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
+            const int qb = p.a.cu_q ? 0 : b, q_r0 = (int)s.q_row0 + m0, k_r0 = (int)s.k_row0;
+            const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, s, b) : 0;
+            mbar_expect_tx(barQ, BM * D * ES);
+            sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, q_r0, h, qb, barQ);
+            for (int t = 0; t <= n_blocks; t++) {
+                if (t < n_blocks) { // K_t
+                    const int st = t % STAGES, ph = (t / STAGES) & 1;
+                    mbar_wait(emptyK + 8 * st, ph ^ 1);
+                    mbar_expect_tx(fullK + 8 * st, KV_BYTES);
+                    sm90_tma_rows<BN, D * ES, ES>(sK0 + st * KV_BYTES, &maps.k, 0, k_r0 + (nb_max - 1 - t) * BN, h_kv,
+                                                  qb, fullK + 8 * st);
+                }
+                if (t > 0) { // V_t-1
+                    const int u = t - 1, st = u % STAGES, ph = (u / STAGES) & 1, n0 = (nb_max - 1 - u) * BN;
+                    mbar_wait(emptyV + 8 * st, ph ^ 1);
+                    mbar_expect_tx(fullV + 8 * st, KV_BYTES);
+                    if constexpr (FP8) // V^T: D rows of BN keys
+                        sm90_tma_rows<D, BN, 1>(sV0 + st * KV_BYTES, &maps.v, v_c0 + n0, 0, h_kv, 0, fullV + 8 * st);
+                    else
+                        sm90_tma_rows<BN, D * 2, 2>(sV0 + st * KV_BYTES, &maps.v, 0, k_r0 + n0, h_kv, qb, fullV + 8 * st);
+                }
+            }
+        }
+        return;
+    }
+
+    // --- consumers: warpgroup c owns rows 64 c .. 64 c + 63 of the block ----------------------------
+    reg_alloc<CONSUMER_REGS>();
+    const int c = wg - 1, lane = tid & 31, warp = (tid >> 5) & 3;
+    const int trow = c * 64 + warp * 16 + (lane >> 2);
+    const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
+    const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
+    const int row0 = m0 + trow, lane_col = 2 * (lane & 3);
+
+    float O[D / 2];
 #pragma unroll
-    for (int it = 0; it < 64 * D / 8 / 128; it++) {
-        const int idx = t128 + it * 128, r = wg * 64 + idx / (D / 8), c = 8 * (idx % (D / 8));
-        if (r < m_rows && c < p.a.D)
-            *(uint4 *)(Og + (int64_t)r * p.o_rs + c) = *(const uint4 *)((const char *)smem + sw128_offset(BM, r, c));
+    for (int i = 0; i < D / 2; i++) O[i] = 0.f;
+    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+
+    if (n_blocks > 0) {
+        uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
+        if (c == NWG - 1) bar_arrive(8, 256); // consumer 0 issues first
+        mbar_wait(barQ, 0);
+
+        // S_ij = Q_i K_j^T, masked; for t > 0 the PV of block t - 1 runs under this block's softmax
+        for (int t = 0; t < n_blocks; t++) {
+            const int st = t % STAGES, ph = (t / STAGES) & 1;
+            const int pst = (t - 1) % STAGES, pph = ((t - 1) / STAGES) & 1; // block t - 1 (t > 0)
+            const int n0 = (nb_max - 1 - t) * BN;
+            float S[BN / 2];
+            mbar_wait(fullK + 8 * st, ph);
+            bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
+            wgmma_fence();
+            sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
+            if (t > 0) {
+                mbar_wait(fullV + 8 * pst, pph);
+                sm90_issue_pv<T, D, BN>(O, P, sV0 + pst * KV_BYTES);
+                bar_arrive(8 + (c + 1) % NWG, 256); // the next consumer may issue
+                wgmma_wait<1>();
+            } else {
+                bar_arrive(8 + (c + 1) % NWG, 256);
+                wgmma_wait<0>();
+            }
+            if ((tid & 127) == 0) mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
+
+            if (p.a.transform) sm90_scores_transform<BN>(S, p.a, slope, row0 + s.sk - s.sq, n0 + lane_col);
+            if (!(n0 >= full_lo && n0 + BN <= full_hi)) sm90_scores_mask<BN>(S, p.a, s, row0, n0 + lane_col);
+            float alpha[2] = {1.f, 1.f};
+            const bool rescale = sm90_softmax<T, BN>(S, m_i, l_i, alpha, sl2);
+
+            wgmma_wait<0>(); // the PV of block t - 1 is done: O_i may be rescaled, P overwritten
+            if (t > 0 && (tid & 127) == 0) mbar_arrive(emptyV + 8 * pst);
+            sm90_rescale_pack<T, D, BN>(O, P, S, rescale, alpha);
+        }
+
+        // the last O_i += P V
+        const int lt = n_blocks - 1, lst = lt % STAGES, lph = (lt / STAGES) & 1;
+        mbar_wait(fullV + 8 * lst, lph);
+        bar_sync(8 + c, 256);
+        wgmma_fence();
+        sm90_issue_pv<T, D, BN>(O, P, sV0 + lst * KV_BYTES);
+        if (c != NWG - 1) bar_arrive(8 + c + 1, 256); // (the last consumer's arrival would have no taker)
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
     }
+    sm90_fwd_store<T, D, BM>(p, s, b, h, m0, c, O, m_i, l_i, sQ);
 #endif
 }
 
 // ------------------------------------------------------------------------------------------------
 // the fp8 V^T: one CTA per (32-key group, kv head, sequence) transposes 32 keys x D bytes through
 // shared memory and writes D rows of 32 bytes, keys in the order of fp8_key_of_slot, zeros past the
-// sequence's end. Reads and writes V once (32 MB at B * S = 16k, H_kv = 16, D = 128: ~3% of that
-// forward's time at 4 TB/s and ~700 TFLOP/s).
+// sequence's end, and 4 more groups of zeros after its last (fp8_vt_col0: the TMA kernel's 128-key
+// tiles read up to 127 columns past the end). Reads and writes V once (32 MB at B * S = 16k,
+// H_kv = 16, D = 128: ~3% of that forward's time at 4 TB/s and ~700 TFLOP/s).
 
 template <typename T> // T = __nv_fp8_e4m3 (a template only so that each instance file has its own)
 __global__ void __launch_bounds__(128) flashc_fp8_vt_kernel(const __grid_constant__ flashc_fwd_params p) {
     __shared__ __align__(16) uint8_t tile[32][256 + 16]; // + 16: rows start on different banks
     const int j0 = blockIdx.x * 32, hk = blockIdx.y, b = blockIdx.z, D = p.a.D;
     const flashc_cuda_seq s = cuda_seq(p.a, b);
-    if (j0 >= s.sk) return;
+    if (j0 >= (s.sk_len + 31) / 32 * 32 + 128) return;
     const uint8_t *vg = (const uint8_t *)p.v + b * p.v_bs + (s.k_row0 + j0) * p.v_rs + hk * p.v_hs;
     for (int i = threadIdx.x; i < 32 * D / 16; i += 128) {
         const int r = i / (D / 16), c = i % (D / 16);
@@ -479,36 +688,86 @@ static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
     return (int)(n > BH ? BH : n < 1 ? 1 : n);
 }
 
-template <typename T, int D, int NWG, int BN, int STAGES, bool PP>
+// The TMA maps of the warp-specialized kernel; false when the problem needs the cp.async kernel
+// (bf16/f16 varlen or seqused_k: see the kernel's comment) or the driver refuses a map.
+template <typename T, int D, int BM, int BN>
+static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *m) {
+    constexpr int ES = sm90_elem<T>::ES;
+    const flashc_cuda_attn &a = p->a;
+    const bool packed = a.cu_q != NULL;
+    if (!sm90_elem<T>::FP8 && (packed || a.seqused_k)) return false;
+    const uint64_t qdim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_q : a.Sq), (uint64_t)a.H, (uint64_t)(packed ? 1 : a.B)};
+    const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_k : a.Sk), (uint64_t)a.H_kv,
+                              (uint64_t)(packed ? 1 : a.B)};
+    const int64_t qst[3] = {p->q_rs * ES, p->q_hs * ES, p->q_bs * ES}, kst[3] = {p->k_rs * ES, p->k_hs * ES, p->k_bs * ES};
+    if (!sm90_tma_map(&m->q, p->q, ES, qdim, qst, BM) || !sm90_tma_map(&m->k, p->k, ES, kdim, kst, BN)) return false;
+    if constexpr (sm90_elem<T>::FP8) { // V^T: (vt_cols keys, D rows, H_kv heads), boxes of BN keys x D rows
+        const uint64_t vdim[4] = {(uint64_t)p->vt_cols, (uint64_t)a.D, (uint64_t)a.H_kv, 1};
+        const int64_t vst[3] = {p->vt_cols, (int64_t)a.D * p->vt_cols, 16};
+        return sm90_tma_map(&m->v, p->vt, 1, vdim, vst, D);
+    } else {
+        const int64_t vst[3] = {p->v_rs * ES, p->v_hs * ES, p->v_bs * ES};
+        return sm90_tma_map(&m->v, p->v, ES, kdim, vst, BN);
+    }
+}
+
+// LOOP: 0 lockstep, 1 ping-pong (both flashc_fwd_sm90_kernel), 2 warp-specialized with TMA
+// (flashc_fwd_sm90_ws_kernel, NWG consumer warpgroups + 1 producer; falls back to ping-pong
+// where flashc_sm90_make_maps says no).
+template <typename T, int D, int NWG, int BN, int STAGES, int LOOP>
 cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) {
-    // + 1024: the manual alignment; + 64: the mbarriers
-    constexpr int smem = 1024 + NWG * 64 * D * 2 + 2 * STAGES * BN * D * sm90_elem<T>::ES + 64;
-    void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, PP>;
+    constexpr int smem = flashc_cuda_fwd_sm90_smem_of(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES);
+    flashc_sm90_maps maps;
+    const bool ws = LOOP == 2 && flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps);
+    // (3 warpgroups without a producer to take registers from spill: the fallback keeps 2)
+    if (LOOP == 2 && !ws) return flashc_cuda_fwd_sm90_run<T, D, 2, BN, STAGES, flashc_cuda_fwd_sm90_fallback(D)>(p, stream);
     p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
     if (blocks == 0) return cudaSuccess;
     if (p->bh_chunk <= 0) p->bh_chunk = flashc_sm90_bh_chunk(p);
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    if constexpr (sm90_elem<T>::FP8) {
-        const dim3 grid((unsigned)((p->a.Sk + 31) / 32), (unsigned)p->a.H_kv, (unsigned)p->a.B);
-        if (grid.x > 0) flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
+    if constexpr (LOOP == 2) {
+        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES>;
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        if constexpr (sm90_elem<T>::FP8) {
+            const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
+            flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
+        }
+        kernel<<<(unsigned)blocks, (NWG + 1) * 128, smem, stream>>>(*p, maps);
+    } else {
+        void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, LOOP == 1>;
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        if constexpr (sm90_elem<T>::FP8) {
+            const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
+            flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
+        }
+        kernel<<<(unsigned)blocks, NWG * 128, smem, stream>>>(*p);
     }
-    kernel<<<(unsigned)blocks, NWG * 128, smem, stream>>>(*p);
     return cudaGetLastError();
 }
 
-// The tuned tile; p->sm90_pp = 1 / 2 forces the lockstep / ping-pong loop (A/B timing, tests).
+// The tuned tile (causal problems may have their own); p->sm90_pp = 1 / 2 / 3 forces the
+// lockstep / ping-pong / TMA loop on it (A/B timing, tests).
+template <typename T, int D, bool CAUSAL>
+cudaError_t flashc_cuda_fwd_sm90_tuned(flashc_fwd_params *p, cudaStream_t stream) {
+    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, sm90_elem<T>::FP8, CAUSAL);
+    constexpr int NWG = t.nwarps / 4, NWG_CP = NWG < 2 ? NWG : 2; // (the cp.async loops spill with 3)
+    const int loop = p->sm90_pp ? p->sm90_pp - 1 : t.pingpong;
+    return loop == 0   ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, t.stages, 0>(p, stream)
+           : loop == 1 ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, t.stages, 1>(p, stream)
+                       : flashc_cuda_fwd_sm90_run<T, D, NWG, t.bn, t.stages, 2>(p, stream);
+}
+
 template <typename T, int D>
 cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t stream) {
     constexpr bool fp8 = sm90_elem<T>::FP8;
-    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, fp8);
-    static_assert(flashc_cuda_fwd_sm90_smem(D, fp8) == 1024 + t.bm * D * 2 + 2 * t.stages * t.bn * D * sm90_elem<T>::ES + 64,
-                  "smem formula");
-    const bool pp = p->sm90_pp ? p->sm90_pp == 2 : t.pingpong != 0;
-    return pp ? flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, true>(p, stream)
-              : flashc_cuda_fwd_sm90_run<T, D, t.nwarps / 4, t.bn, t.stages, false>(p, stream);
+    constexpr flashc_cuda_tile tn = flashc_cuda_tune_fwd_sm90(D, fp8, false), tc = flashc_cuda_tune_fwd_sm90(D, fp8, true);
+    constexpr bool same = tn.bm == tc.bm && tn.bn == tc.bn && tn.stages == tc.stages && tn.pingpong == tc.pingpong;
+    const bool causal = p->a.window_right >= 0; // causal or a right window: both skip key blocks like causal
+    if constexpr (same) return flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
+    else return causal ? flashc_cuda_fwd_sm90_tuned<T, D, true>(p, stream) : flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
 }
 
 #endif // FLASHC_SM90_FWD_CUH
