@@ -27,12 +27,17 @@ def main():
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--modes", default="", help="extra FLASHC_CUDA_SM90 values timed beside (e.g. 2,4)")
     args = ap.parse_args()
     lib = os.path.abspath(args.lib)
     os.environ.pop("FLASHC_CUDA_SM90", None)
     fc_new = bg.Flashc(lib)
     os.environ["FLASHC_CUDA_SM90"] = "0"
     fc_old = bg.Flashc(lib)
+    extra = {}
+    for m in (x for x in args.modes.split(",") if x):
+        os.environ["FLASHC_CUDA_SM90"] = m
+        extra["m" + m] = bg.Flashc(lib)
     os.environ.pop("FLASHC_CUDA_SM90", None)
     device = torch.cuda.get_device_name()
     print(f"bench_bwd: {device}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}", flush=True)
@@ -53,7 +58,7 @@ def main():
                                  dtype=torch.uint8)
                 fc_new.fwd(d, q, k, v, o, lse)
                 res, grads = {}, {}
-                for name, fc in (("sm90", fc_new), ("old", fc_old)):
+                for name, fc in (("sm90", fc_new), ("old", fc_old), *extra.items()):
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
                     run = lambda: fc.bwd(d, q, k, v, o, lse, do, dq, dk, dv, ws)  # noqa: E731
                     run()
@@ -87,11 +92,13 @@ def main():
                 print(f"{D:3d} {int(causal):1d} {S:5d} | {tf['sm90']:6.1f} {tf['old']:6.1f} {tf.get('flash', nan):6.1f} "
                       f"{tf.get('cudnn', nan):6.1f} | {tf['sm90'] / tf.get('flash', nan):7.2f} "
                       f"{tf['sm90'] / tf.get('cudnn', nan):7.2f} {tf['sm90'] / tf['old']:6.2f} | "
-                      f"{errs[0]:.3g} / {errs[1]:.3g} ({scale:.3g})", flush=True)
+                      f"{errs[0]:.3g} / {errs[1]:.3g} ({scale:.3g})"
+                      + "".join(f" | {m} {tf[m]:6.1f}" for m in extra), flush=True)
                 base = dict(backend="cuda", device=device, dtype="bf16", direction="bwd", batch=B, heads=H, heads_kv=H,
                             seqlen_q=S, seqlen_k=S, head_dim=D, causal=bool(causal))
                 for n, ms in res.items():
-                    impl = {"sm90": "flashc", "old": "flashc_mma_sync", "flash": "sdpa_flash", "cudnn": "sdpa_cudnn"}[n]
+                    impl = {"sm90": "flashc", "old": "flashc_mma_sync", "flash": "sdpa_flash",
+                            "cudnn": "sdpa_cudnn"}.get(n, "flashc_" + n)
                     lines.append(dict(impl=impl, ms=round(ms, 5), tflops=round(tf[n], 2), **base))
                 del q, k, v, do, o, lse, ws, grads, qg, kg, vg, ref
                 torch.cuda.empty_cache()

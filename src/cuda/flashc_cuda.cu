@@ -24,7 +24,8 @@ typedef struct flashc_cuda_priv {
     int cc_major, cc_minor;
     int debug_sync;   // FLASHC_DEBUG_SYNC set
     int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
-    int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force its lockstep / ping-pong / TMA loop (0: tuned)
+    int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force the forward's lockstep / ping-pong / TMA loop,
+                      // 1 or 2 / 3 / 4 the backward's cp.async / TMA 2-stage / 3-stage mode (0: tuned)
 } flashc_cuda_priv;
 
 static flashc_status cuda_fail(flashc_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
@@ -78,11 +79,11 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     const char *env = getenv("FLASHC_DEBUG_SYNC");
     pv->debug_sync = env && env[0] && env[0] != '0';
     // The sm_90a kernels run on 9.0 only (sm_90a SASS does not run on later majors).
-    // FLASHC_CUDA_SM90=0 forces the mma.sync forward (A/B timing, a suspected wgmma bug); 1 / 2
-    // force the wgmma kernel's lockstep / ping-pong loop.
+    // FLASHC_CUDA_SM90=0 forces the mma.sync kernels (A/B timing, a suspected wgmma bug); 1..4
+    // force a loop of the wgmma kernels (sm90_pp below).
     env = getenv("FLASHC_CUDA_SM90");
     pv->sm90 = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
-    pv->sm90_pp = env && env[0] >= '1' && env[0] <= '3' ? env[0] - '0' : 0;
+    pv->sm90_pp = env && env[0] >= '1' && env[0] <= '4' ? env[0] - '0' : 0;
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -362,6 +363,7 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.delta = (float *)((char *)a->ws + od);
     P.dq_acc = p->deterministic ? NULL : (float *)((char *)a->ws + oq);
     P.deterministic = p->deterministic;
+    P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
     // Hopper: the wgmma kernel for the atomic mode with 16-byte aligned tensors (it loads only by
     // 16-byte cp.async) and the head dims it is built for; everything else the mma.sync kernels.

@@ -81,6 +81,7 @@ typedef struct flashc_bwd_params {
     int64_t ws_rows;                // rows of each workspace array: B * H * Sq_pad or H * (total_q + 128 B)
     int D_pad;                      // the kernels' template D: row length of dq_acc
     int deterministic;              // 1: dQ by its own kernel (no atomics), bit-identical runs
+    int sm90_loop;                  // sm90 kernel (FLASHC_CUDA_SM90): 0 tuned, 1 / 2 cp.async, 3 / 4 TMA, 2 / 3 stages
 } flashc_bwd_params;
 
 #define FLASHC_WS_PAD 128           // >= every BM in the tuning table

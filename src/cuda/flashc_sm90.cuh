@@ -163,8 +163,26 @@ static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorM
                  : "memory");
 }
 
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// bulk-copy engine, completing on bar like a TMA load.
+static __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+
+// Rows r0 .. r0 + ROWS - 1 of (head c2, batch c3) of an sm90_tma_map with (ES-byte elements, 128-byte column
+// blocks): one box per column block, written ROWS * 128 bytes apart (the layout of sw128_offset).
+template <int ROWS, int BYTES_PER_ROW, int ES>
+static __device__ __forceinline__ void sm90_tma_rows(uint32_t tile, const CUtensorMap *map, int c0, int r0, int c2,
+                                                     int c3, uint32_t bar) {
+#pragma unroll
+    for (int cb = 0; cb < BYTES_PER_ROW / 128; cb++)
+        tma_load_4d(tile + cb * ROWS * 128, map, c0 + cb * (128 / ES), r0, c2, c3, bar);
 }
 
 // Every warp of the warpgroup runs the same one (.aligned); the kernel needs __launch_bounds__.

@@ -153,11 +153,13 @@ static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[32], uint3
 // The same math as bwd_p_ds_tile of flashc_cuda_bwd.cuh, transposed.
 template <typename T, bool TRANSFORM>
 static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][4], const flashc_cuda_attn &a,
-                                              const flashc_cuda_seq &s, const float (&l2)[16], int kr0, int q0,
+                                              const flashc_cuda_seq &s, const float *sl2q, int kr0, int q0,
                                               float slope, bool masked) {
     const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
+        const float2 lv = *(const float2 *)(sl2q + 8 * j); // read here, not kept in registers
+        const float l2[2] = {lv.x, lv.y};
         float P[2][2]; // [hh][e]
 #pragma unroll
         for (int e = 0; e < 2; e++) {
@@ -182,7 +184,7 @@ static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][
                     y -= slope * fabsf((float)(diag - key));
                     x = y * FLASHC_LOG2E;
                 }
-                float Pv = ex2(fmaf(x, sl2, -l2[2 * j + e]));
+                float Pv = ex2(fmaf(x, sl2, -l2[e]));
                 if (key < lo || key >= hi) Pv = 0.f;
                 P[hh][e] = Pv;
                 S[i] = Pv * dsf;
@@ -196,14 +198,15 @@ static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][
 // dS^T = P^T dsf (dP^T - D_q) from sm90_p's S and dP^T (v.dO), packed as the A fragments of
 // dK += dS^T Q_i (layouts as sm90_p; dl: D of query q0 + 8 j + e at index 2 j + e).
 template <typename T>
-static __device__ __forceinline__ void sm90_ds(const float (&S)[32], const float (&dP)[32], const float (&dl)[16],
+static __device__ __forceinline__ void sm90_ds(const float (&S)[32], const float (&dP)[32], const float *sdq,
                                                uint32_t (&adS)[4][4]) {
 #pragma unroll
     for (int k4 = 0; k4 < 4; k4++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = 8 * k4 + 2 * r, j = 2 * k4 + (r >> 1);
-            adS[k4][r] = pack2<T>(S[i] * (dP[i] - dl[2 * j]), S[i + 1] * (dP[i + 1] - dl[2 * j + 1]));
+            const float2 dl = *(const float2 *)(sdq + 8 * j);
+            adS[k4][r] = pack2<T>(S[i] * (dP[i] - dl.x), S[i + 1] * (dP[i + 1] - dl.y));
         }
 }
 
@@ -219,43 +222,54 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[32], const float
 // columns (2 warpgroups, D >= 128), else one per warpgroup.
 static constexpr __host__ __device__ int flashc_sm90_bwd_dq_tiles(int D, int NWG) { return NWG == 2 && D >= 128 ? 1 : NWG; }
 
-// Shared memory (bytes, from a 1024-aligned base) with NWG warpgroups (BN = 64 NWG keys):
-// K_j, V_j [BN x D]; Q_i, dO_i [2][BM x D]; dS^T [BN x BM]; lse2_i, D_i [2][BM] fp32; the dQ_i
-// tiles; + 1024 to align.
-static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG) {
-    return 2 * 64 * NWG * D * 2 + 4 * FLASHC_SM90_BWD_BM * D * 2 + 64 * NWG * FLASHC_SM90_BWD_BM * 2 +
-           4 * FLASHC_SM90_BWD_BM * 4 + flashc_sm90_bwd_dq_tiles(D, NWG) * FLASHC_SM90_BWD_BM * (D + 8) * 4 + 1024;
+// Shared memory (bytes, from a 1024-aligned base) with NWG warpgroups (BN = 64 NWG keys) and a
+// STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [BN x BM]; lse2_i,
+// D_i [STAGES][BM] fp32; the dQ_i tiles; 64 bytes of mbarriers; + 1024 to align.
+static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG, int STAGES = 2) {
+    return 2 * 64 * NWG * D * 2 + 2 * STAGES * FLASHC_SM90_BWD_BM * D * 2 + 64 * NWG * FLASHC_SM90_BWD_BM * 2 +
+           2 * STAGES * FLASHC_SM90_BWD_BM * 4 + flashc_sm90_bwd_dq_tiles(D, NWG) * FLASHC_SM90_BWD_BM * (D + 8) * 4 +
+           64 + 1024;
 }
+
+// The TMA maps of the warp-specialized mode (Q and dO, boxes of BM rows x 64 columns).
+typedef struct flashc_sm90_bwd_maps {
+    CUtensorMap q, dout;
+} flashc_sm90_bwd_maps;
 
 // NWG = 2: 256 threads, BN = 128, one CTA per SM (253 registers at D = 128). NWG = 1: 128 threads,
 // BN = 64, two CTAs per SM (their independent phases could overlap one's exp / atomics with the
 // other's wgmma); it passed the same tests but ran 0.6-0.8x as fast (launcher), so it is unused
 // (and at D = 128 it would now need two dQ column blocks per warpgroup).
-template <typename T, int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p) {
+// WS = true: warpgroup 0 is a producer whose one thread brings Q_i, dO_i (TMA) and lse2_i, D_i
+// (bulk copies) into a STAGES-deep ring on full / empty mbarriers (the forward's scheme), and
+// setmaxnreg gives the NWG = 2 consumer warpgroups 240 registers; the consumers meet on named
+// barrier 4 where the plain kernel has __syncthreads. Batch mode without seqused_k only (the maps
+// zero rows past Sq; a packed sequence's neighbour rows would reach dV through P = 0).
+template <typename T, int D, int NWG, bool WS, int STAGES>
+__global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
+    flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64 * NWG, NTHREADS = 128 * NWG;
+    static_assert(!WS || NWG == 2, "the producer's registers go to 2 consumer warpgroups");
+    static_assert(WS || STAGES == 2, "the cp.async mode double-buffers");
     constexpr bool BF16 = flashc_is_bf16<T>::value;
     // dQ_i: with 2 warpgroups and D = 128, warpgroup w adds columns 64w.. over all BN keys
     // (ALLKEYS); otherwise each warpgroup adds all D = 64 columns over its own 64 keys
     constexpr bool ALLKEYS = NWG == 2 && D >= 128;
     static_assert(ALLKEYS || D == 64, "one 64-column dQ block per warpgroup");
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
-    constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + 2 * TILE_Q;
-    constexpr int OFF_DS = OFF_DO + 2 * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + 2 * BM * 4;
-    constexpr int OFF_DQ = OFF_L + 4 * BM * 4, LDQ = D + 8; // fp32 dQ_i tiles, row stride LDQ floats
+    constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + STAGES * TILE_Q;
+    constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + STAGES * BM * 4;
+    constexpr int OFF_DQ = OFF_L + 2 * STAGES * BM * 4, LDQ = D + 8; // fp32 dQ_i tiles, row stride LDQ floats
+    constexpr int OFF_BAR = OFF_DQ + flashc_sm90_bwd_dq_tiles(D, NWG) * BM * LDQ * 4;
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(OFF_DQ + flashc_sm90_bwd_dq_tiles(D, NWG) * BM * LDQ * 4 + 1024 == flashc_sm90_bwd_smem(D, NWG),
-                  "smem layout");
+    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, NWG, STAGES), "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
 
     const uint32_t raw = smem_u32(flashc_smem);
     const uint32_t base = (raw + 1023u) & ~1023u;
     char *sbase = (char *)flashc_smem + (base - raw);
     float *sL = (float *)(sbase + OFF_L), *sDl = (float *)(sbase + OFF_DL);
-
-    const int tid = threadIdx.x, wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, c = lane & 3;
 
     // --- which (key block, batch, kv head), and the query rows that see some of its keys ---------
     int n_block, b, h_kv;
@@ -266,6 +280,41 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
     int mb_begin, n_mb;
     query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
     const int count = n_mb * p.a.group; // (query head of the group, query block) pairs
+
+    // step it reads head h_kv group + it / n_mb, query block mb_begin + it % n_mb, ring slot it % STAGES
+    const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
+    if (WS) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < STAGES; i++) {
+                mbar_init(full0 + 8 * i, 1);
+                mbar_init(empty0 + 8 * i, NWG);
+            }
+            fence_mbarrier_init();
+        }
+        __syncthreads();
+        if (threadIdx.x < 128) { // --- producer ---------------------------------------------------
+            reg_dealloc<24>();
+            if (threadIdx.x == 0) {
+                tma_prefetch_map(&maps.q);
+                tma_prefetch_map(&maps.dout);
+                for (int it = 0; it < count; it++) {
+                    const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
+                    const uint32_t bar = full0 + 8 * st;
+                    mbar_wait(empty0 + 8 * st, ((it / STAGES) & 1) ^ 1);
+                    mbar_expect_tx(bar, 2 * TILE_Q + 2 * BM * 4);
+                    sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
+                    sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
+                    const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
+                    bulk_load(base + OFF_L + st * BM * 4, p.lse2 + r0, BM * 4, bar);
+                    bulk_load(base + OFF_DL + st * BM * 4, p.delta + r0, BM * 4, bar);
+                }
+            }
+            return;
+        }
+        reg_alloc<240>();
+    }
+    const int tid = threadIdx.x - (WS ? 128 : 0), wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, c = lane & 3;
 
     float dK[D / 2], dV[D / 2];
 #pragma unroll
@@ -280,23 +329,33 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
         const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + (s.k_row0 + n0) * p.v_rs + h_kv * p.v_hs;
         sm90_load_tile<BN, D, NTHREADS>(sK, Kg, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
         sm90_load_tile<BN, D, NTHREADS>(sV, Vg, p.v_rs, s.sk - n0, p.a.D, p.v, tid);
-        sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO, sL,
-                                           sDl, tid);
+        if (!WS)
+            sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO,
+                                               sL, sDl, tid);
         cp_async_commit();
 
         for (int it = 0; it < count; it++) {
-            const int st = it & 1;
+            const int st = WS ? it % STAGES : it & 1;
             const int h = h_kv * p.a.group + it / n_mb;
             const int mm0 = (mb_begin + it % n_mb) * BM;
-            cp_async_wait<0>();
-            fence_proxy_async_smem(); // this thread's cp.async data -> visible to wgmma
-            __syncthreads();     // Q_i, dO_i landed everywhere; the previous step is done everywhere
-            if (it + 1 < count)
-                sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
-                                                   (mb_begin + (it + 1) % n_mb) * BM, base + OFF_Q + (st ^ 1) * TILE_Q,
-                                                   base + OFF_DO + (st ^ 1) * TILE_Q, sL + (st ^ 1) * BM,
-                                                   sDl + (st ^ 1) * BM, tid);
-            cp_async_commit();
+            if (WS) {
+                if (it == 0) {
+                    cp_async_wait<0>();
+                    fence_proxy_async_smem(); // K_j, V_j (cp.async) -> visible to wgmma
+                }
+                mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i, lse2_i, D_i landed
+                bar_sync(4, NTHREADS); // every consumer is done with the previous step's dS^T tile
+            } else {
+                cp_async_wait<0>();
+                fence_proxy_async_smem(); // this thread's cp.async data -> visible to wgmma
+                __syncthreads();     // Q_i, dO_i landed everywhere; the previous step is done everywhere
+                if (it + 1 < count)
+                    sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
+                                                       (mb_begin + (it + 1) % n_mb) * BM,
+                                                       base + OFF_Q + (st ^ 1) * TILE_Q, base + OFF_DO + (st ^ 1) * TILE_Q,
+                                                       sL + (st ^ 1) * BM, sDl + (st ^ 1) * BM, tid);
+                cp_async_commit();
+            }
             const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
 
             // S^T = K_w Q_i^T, dP^T = V_w dO_i^T       (Alg. 2 lines 10, 12), K = D in steps of 16,
@@ -306,16 +365,7 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             sm90_issue_rows_t<BF16, D, BN, BM>(S, sK, sQs, wg);
             sm90_issue_rows_t<BF16, D, BN, BM>(dP, sV, sdOs, wg);
 
-            float l2[16], dl[16];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float2 lv = *(const float2 *)(sL + st * BM + 8 * j + 2 * c);
-                const float2 dv = *(const float2 *)(sDl + st * BM + 8 * j + 2 * c);
-                l2[2 * j] = lv.x;
-                l2[2 * j + 1] = lv.y;
-                dl[2 * j] = dv.x;
-                dl[2 * j + 1] = dv.y;
-            }
+            const float *l2 = sL + st * BM + 2 * c, *dl = sDl + st * BM + 2 * c; // this thread's queries (+ 8 j)
             const int mm_last = min(mm0 + BM, s.sq) - 1;
             const bool masked = !(nw0 >= key_lo(p.a, mm_last, s.sq, s.sk) && nw0 + 64 <= key_hi(p.a, mm0, s.sq, s.sk));
             const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
@@ -346,7 +396,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                 }
             fence_proxy_async_smem();
             bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
-            __syncthreads();     // dS^T of every warpgroup is in shared memory
+            if (WS) bar_sync(4, NTHREADS);
+            else __syncthreads(); // dS^T of every warpgroup is in shared memory
 
             // dQ_i += dS K_j                           (line 15), columns 64 cb .. 64 cb + 63, through
             // the shared dQ tile and one bulk reduction per row into dq_acc; dK_w behind it
@@ -386,7 +437,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
                 bulk_reduce_add_f32(acc + r * D + c0, smem_u32(sdQ + r * LDQ + c0), 64 * 4);
                 bulk_commit();
             }
-            wgmma_wait<0>(); // dK_w: Q_i is free for the load of step it + 2
+            wgmma_wait<0>(); // dK_w: Q_i is free for the load of step it + STAGES
+            if (WS && (tid & 127) == 0) mbar_arrive(empty0 + 8 * st);
             reg_fence(dK);
             reg_fence(dV);
         }
@@ -396,7 +448,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
     //     rows the sequence owns (keys nobody saw get 0) ----------------------------------------
     cp_async_wait<0>();
     bulk_wait_all(); // the dQ reductions are done reading shared memory (and writing dq_acc)
-    __syncthreads();
+    if (WS) bar_sync(4, NTHREADS);
+    else __syncthreads();
     uint16_t *stK = (uint16_t *)sbase, *stV = stK + BN * (D + 8);
 #pragma unroll
     for (int j = 0; j < D / 8; j++)
@@ -406,7 +459,8 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
             *(uint32_t *)(stK + o) = pack2<T>(dK[4 * j + 2 * hh] * p.a.scale, dK[4 * j + 2 * hh + 1] * p.a.scale);
             *(uint32_t *)(stV + o) = pack2<T>(dV[4 * j + 2 * hh], dV[4 * j + 2 * hh + 1]);
         }
-    __syncthreads();
+    if (WS) bar_sync(4, NTHREADS);
+    else __syncthreads();
     const int out_rows = min(BN, s.sk_len - n0);
     uint16_t *dKg = (uint16_t *)p.dk + b * p.dk_bs + (s.k_row0 + n0) * p.dk_rs + h_kv * p.dk_hs;
     uint16_t *dVg = (uint16_t *)p.dv + b * p.dv_bs + (s.k_row0 + n0) * p.dv_rs + h_kv * p.dv_hs;
@@ -415,15 +469,29 @@ __global__ void __launch_bounds__(128 * NWG, 3 - NWG) flashc_bwd_sm90_kernel(con
 #endif
 }
 
-template <typename T, int D, int NWG>
+// The maps of the warp-specialized mode; false (the cp.async mode runs) for varlen, seqused_k or
+// strides the driver refuses.
+template <int D>
+static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m) {
+    const flashc_cuda_attn &a = p->a;
+    if (a.cu_q || a.seqused_k) return false;
+    const uint64_t dim[4] = {(uint64_t)a.D, (uint64_t)a.Sq, (uint64_t)a.H, (uint64_t)a.B};
+    const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
+    return sm90_tma_map(&m->q, p->q, 2, dim, qst, FLASHC_SM90_BWD_BM) &&
+           sm90_tma_map(&m->dout, p->dout, 2, dim, dst, FLASHC_SM90_BWD_BM);
+}
+
+template <typename T, int D, int NWG, bool WS, int STAGES>
 static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, cudaStream_t stream) {
-    constexpr int smem = flashc_sm90_bwd_smem(D, NWG), BN = 64 * NWG;
+    flashc_sm90_bwd_maps maps;
+    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps)) return flashc_cuda_bwd_sm90_main<T, D, NWG, false, 2>(p, stream);
+    constexpr int smem = flashc_sm90_bwd_smem(D, NWG, STAGES), BN = 64 * NWG;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    void (*k)(const flashc_bwd_params) = flashc_bwd_sm90_kernel<T, D, NWG>;
+    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, NWG, WS, STAGES>;
     cudaError_t e;
     if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-    if (blocks) k<<<(unsigned)blocks, 128 * NWG, smem, stream>>>(*p);
+    if (blocks) k<<<(unsigned)blocks, 128 * (NWG + WS), smem, stream>>>(*p, maps);
     return cudaGetLastError();
 }
 
@@ -436,7 +504,11 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
     if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
     // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
     // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
-    if ((e = flashc_cuda_bwd_sm90_main<T, D, 2>(p, stream)) != cudaSuccess) return e;
+    // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
+    e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream)
+        : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, 2, true, 3>(p, stream)
+                                               : flashc_cuda_bwd_sm90_main<T, D, 2, true, 2>(p, stream);
+    if (e != cudaSuccess) return e;
     return flashc_cuda_bwd_finish<T, D>(p, stream);
 }
 

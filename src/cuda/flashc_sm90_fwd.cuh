@@ -483,16 +483,6 @@ typedef struct flashc_sm90_maps {
     CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
 } flashc_sm90_maps;
 
-// Rows r0 .. r0 + ROWS - 1 of (head c2, batch c3) of a map with 128-byte column blocks: one box per
-// column block, written ROWS * 128 bytes apart (the layout of sw128_offset).
-template <int ROWS, int BYTES_PER_ROW, int ES>
-static __device__ __forceinline__ void sm90_tma_rows(uint32_t tile, const CUtensorMap *map, int c0, int r0, int c2,
-                                                     int c3, uint32_t bar) {
-#pragma unroll
-    for (int cb = 0; cb < BYTES_PER_ROW / 128; cb++)
-        tma_load_4d(tile + cb * ROWS * 128, map, c0 + cb * (128 / ES), r0, c2, c3, bar);
-}
-
 template <typename T, int D, int NWG, int BN, int STAGES>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
