@@ -298,6 +298,7 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     const int Dp = p->dtype == FLASHC_DTYPE_E4M3 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
     const int sm90 = p->dtype == FLASHC_DTYPE_E4M3 || (pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin);
     P.sm90_pp = pv->sm90_pp;
+    P.ctas = pv->sm_count;
     FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
     if (p->varlen && p->cu_q_host[0] > 0)
         FLASHC_CUDA_TRY(ctx, zero_rows(a->o, p->o_stride, p->cu_q_host[0], p->H, p->D, a->lse, p->total_q, stream));

@@ -56,6 +56,12 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 //   D = 256 non-causal: 2x80 s2 ws 594/736/758; 2x64 s2 ws 580/715/625, 2x48 s3 ws 509/512/594,
 //                       2x80 s2 lockstep 394/418/490
 //           causal:     2x80 s2 ws 331/648/766; 2x64 s2 ws 347/641/647, 2x80 s2 lockstep 286/421/480
+// The TMA kernel is persistent (one CTA per SM); against one CTA per tile, same lab, tuned tiles,
+// bench/results/h200-2026-12-01-persistent-lab.txt, S = 512 / 4096 / 16384 non-causal: D = 64
+// 322/458/532 vs 278/421/496, D = 128 397/647/627 vs 374/567/570, D = 256 405/733/816 vs
+// 412/648/688; causal D = 128 218/518/616 vs 214/510/527, D = 256 204/566/681 vs 219/614/663
+// (the one clear loss: a static stride over heaviest-first tiles balances causal D = 256 worse
+// than the hardware's dynamic block order).
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
 // 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T): 2x128 ws, 3 / 2 stages;
 // H200 (same file, dev/cuda/bench_fp8.py) D = 128 S = 4096 / 16384: 737 / 823 TFLOP/s non-causal.

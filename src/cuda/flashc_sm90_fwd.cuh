@@ -483,6 +483,37 @@ typedef struct flashc_sm90_maps {
     CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
 } flashc_sm90_maps;
 
+// Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory
+// (each quad of lanes writes 16 contiguous bytes of a row per 8 columns). The persistent kernel
+// cannot stage O_i in the Q tile, which already receives the next tile's Q_i.
+template <typename T, int D, int BM>
+static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_params &p, const flashc_cuda_seq &s, int b,
+                                                           int h, int m0, int wg, const float *O, const float *m_i,
+                                                           const float *l_i) {
+    const int t128 = threadIdx.x & 127, lane = t128 & 31;
+    const int trow = wg * 64 + (t128 >> 5) * 16 + (lane >> 2);
+    const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
+    uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0) * p.o_rs + h * p.o_hs;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_i[r]);
+        const float inv = l > 0.f ? p.o_scale / l : 0.f;
+        const int row = trow + 8 * r;
+        if (m0 + row >= s.sq) continue;
+        uint16_t *orow = Og + (int64_t)row * p.o_rs + 2 * (lane & 3);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+            if (8 * nt + 2 * (lane & 3) < p.a.D) // D is a multiple of 8: a pair is in or out
+                *(uint32_t *)(orow + 8 * nt) =
+                    pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+        if (p.lse && (lane & 3) == 0) p.lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+    }
+}
+
+// Persistent: gridDim.x CTAs (one per SM) walk the tiles blockIdx.x, + gridDim.x, ... in the
+// order of sm90_fwd_tile (heaviest query blocks first), so a CTA's next Q_i and first K_j, V_j
+// load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
+// has its own full / empty pair (empty once both consumers' last S_ij of the tile is done).
 template <typename T, int D, int NWG, int BN, int STAGES>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
@@ -498,22 +529,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 
     const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
-    const uint32_t barQ = sV0 + STAGES * KV_BYTES, fullK = barQ + 8, fullV = fullK + 8 * STAGES,
+    const uint32_t fullQ = sV0 + STAGES * KV_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
                    emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES;
-
     const int tid = threadIdx.x, wg = tid >> 7;
-    int m_block, b, h;
-    sm90_fwd_tile(p, (int)blockIdx.x, &m_block, &b, &h);
-    const flashc_cuda_seq s = cuda_seq(p.a, b);
-    const int m0 = m_block * BM;
-    if (m0 >= s.sq) return;
-    const int h_kv = h / p.a.group, m_rows = min(BM, s.sq - m0);
-    int nb_min, nb_max, full_lo, full_hi;
-    key_blocks_of_rows(p.a, s, m0, m_rows, BN, &nb_min, &nb_max, &full_lo, &full_hi);
-    const int n_blocks = nb_max - nb_min;
+    const int n_tiles = p.n_m_blocks * p.a.B * p.a.H;
 
     if (tid == 0) {
-        mbar_init(barQ, 1);
+        mbar_init(fullQ, 1);
+        mbar_init(emptyQ, NWG);
 #pragma unroll
         for (int i = 0; i < STAGES; i++) {
             mbar_init(fullK + 8 * i, 1);
@@ -527,25 +550,37 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 
     if (wg == 0) { // --- producer ---------------------------------------------------------------
         reg_dealloc<PRODUCER_REGS>();
-        if (tid == 0 && n_blocks > 0) {
-            tma_prefetch_map(&maps.q);
-            tma_prefetch_map(&maps.k);
-            tma_prefetch_map(&maps.v);
+        if (tid != 0) return;
+        tma_prefetch_map(&maps.q);
+        tma_prefetch_map(&maps.k);
+        tma_prefetch_map(&maps.v);
+        int kv = 0, qi = 0; // key blocks and Q tiles loaded so far
+        for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+            int m_block, b, h, nb_min, nb_max, full_lo, full_hi;
+            sm90_fwd_tile(p, tile, &m_block, &b, &h);
+            const flashc_cuda_seq s = cuda_seq(p.a, b);
+            const int m0 = m_block * BM;
+            if (m0 >= s.sq) continue;
+            key_blocks_of_rows(p.a, s, m0, min(BM, s.sq - m0), BN, &nb_min, &nb_max, &full_lo, &full_hi);
+            const int n_blocks = nb_max - nb_min;
+            if (n_blocks <= 0) continue;
             // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
-            const int qb = p.a.cu_q ? 0 : b, q_r0 = (int)s.q_row0 + m0, k_r0 = (int)s.k_row0;
+            const int h_kv = h / p.a.group, qb = p.a.cu_q ? 0 : b, k_r0 = (int)s.k_row0;
             const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, s, b) : 0;
-            mbar_expect_tx(barQ, BM * D * ES);
-            sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, q_r0, h, qb, barQ);
+            mbar_wait(emptyQ, (qi & 1) ^ 1); // the previous tile's last S_ij is done with Q
+            mbar_expect_tx(fullQ, BM * D * ES);
+            sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)s.q_row0 + m0, h, qb, fullQ);
+            qi++;
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
-                    const int st = t % STAGES, ph = (t / STAGES) & 1;
+                    const int st = (kv + t) % STAGES, ph = ((kv + t) / STAGES) & 1;
                     mbar_wait(emptyK + 8 * st, ph ^ 1);
                     mbar_expect_tx(fullK + 8 * st, KV_BYTES);
                     sm90_tma_rows<BN, D * ES, ES>(sK0 + st * KV_BYTES, &maps.k, 0, k_r0 + (nb_max - 1 - t) * BN, h_kv,
                                                   qb, fullK + 8 * st);
                 }
                 if (t > 0) { // V_t-1
-                    const int u = t - 1, st = u % STAGES, ph = (u / STAGES) & 1, n0 = (nb_max - 1 - u) * BN;
+                    const int u = kv + t - 1, st = u % STAGES, ph = (u / STAGES) & 1, n0 = (nb_max - t) * BN;
                     mbar_wait(emptyV + 8 * st, ph ^ 1);
                     mbar_expect_tx(fullV + 8 * st, KV_BYTES);
                     if constexpr (FP8) // V^T: D rows of BN keys
@@ -554,73 +589,95 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                         sm90_tma_rows<BN, D * 2, 2>(sV0 + st * KV_BYTES, &maps.v, 0, k_r0 + n0, h_kv, qb, fullV + 8 * st);
                 }
             }
+            kv += n_blocks;
         }
         return;
     }
 
-    // --- consumers: warpgroup c owns rows 64 c .. 64 c + 63 of the block ----------------------------
+    // --- consumers: warpgroup c owns rows 64 c .. 64 c + 63 of each tile -----------------------------
     reg_alloc<CONSUMER_REGS>();
     const int c = wg - 1, lane = tid & 31, warp = (tid >> 5) & 3;
-    const int trow = c * 64 + warp * 16 + (lane >> 2);
-    const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
-    const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
-    const int row0 = m0 + trow, lane_col = 2 * (lane & 3);
+    const int trow = c * 64 + warp * 16 + (lane >> 2), lane_col = 2 * (lane & 3);
+    int kv = 0, qi = 0;
+    for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        int m_block, b, h, nb_min, nb_max, full_lo, full_hi;
+        sm90_fwd_tile(p, tile, &m_block, &b, &h);
+        const flashc_cuda_seq s = cuda_seq(p.a, b);
+        const int m0 = m_block * BM;
+        if (m0 >= s.sq) continue;
+        key_blocks_of_rows(p.a, s, m0, min(BM, s.sq - m0), BN, &nb_min, &nb_max, &full_lo, &full_hi);
+        const int n_blocks = nb_max - nb_min;
+        const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
+        const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
+        const int row0 = m0 + trow;
 
-    float O[D / 2];
+        float O[D / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) O[i] = 0.f;
-    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+        for (int i = 0; i < D / 2; i++) O[i] = 0.f;
+        float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
 
-    if (n_blocks > 0) {
-        uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
-        if (c == NWG - 1) bar_arrive(8, 256); // consumer 0 issues first
-        mbar_wait(barQ, 0);
+        if (n_blocks > 0) {
+            uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
+            if (c == NWG - 1) bar_arrive(8, 256); // consumer 0 issues first
+            mbar_wait(fullQ, qi & 1);
+            qi++;
 
-        // S_ij = Q_i K_j^T, masked; for t > 0 the PV of block t - 1 runs under this block's softmax
-        for (int t = 0; t < n_blocks; t++) {
-            const int st = t % STAGES, ph = (t / STAGES) & 1;
-            const int pst = (t - 1) % STAGES, pph = ((t - 1) / STAGES) & 1; // block t - 1 (t > 0)
-            const int n0 = (nb_max - 1 - t) * BN;
-            float S[BN / 2];
-            mbar_wait(fullK + 8 * st, ph);
-            bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
-            wgmma_fence();
-            sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
-            if (t > 0) {
-                mbar_wait(fullV + 8 * pst, pph);
-                sm90_issue_pv<T, D, BN>(O, P, sV0 + pst * KV_BYTES);
-                bar_arrive(8 + (c + 1) % NWG, 256); // the next consumer may issue
-                wgmma_wait<1>();
-            } else {
-                bar_arrive(8 + (c + 1) % NWG, 256);
-                wgmma_wait<0>();
+            // S_ij = Q_i K_j^T, masked; for t > 0 the PV of block t - 1 runs under this block's softmax
+            for (int t = 0; t < n_blocks; t++) {
+                const int st = (kv + t) % STAGES, ph = ((kv + t) / STAGES) & 1;
+                const int pst = (kv + t - 1) % STAGES, pph = ((kv + t - 1) / STAGES) & 1; // block t - 1 (t > 0)
+                const int n0 = (nb_max - 1 - t) * BN;
+                float S[BN / 2];
+                mbar_wait(fullK + 8 * st, ph);
+                bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
+                wgmma_fence();
+                sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
+                if (t > 0) {
+                    mbar_wait(fullV + 8 * pst, pph);
+                    sm90_issue_pv<T, D, BN>(O, P, sV0 + pst * KV_BYTES);
+                    bar_arrive(8 + (c + 1) % NWG, 256); // the next consumer may issue
+                    wgmma_wait<1>();
+                } else {
+                    bar_arrive(8 + (c + 1) % NWG, 256);
+                    wgmma_wait<0>();
+                }
+                if ((tid & 127) == 0) {
+                    mbar_arrive(emptyK + 8 * st);                 // S_ij is done with K_j
+                    if (t == n_blocks - 1) mbar_arrive(emptyQ); // ... and this was the tile's last read of Q_i
+                }
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
+
+                if (p.a.transform) sm90_scores_transform<BN>(S, p.a, slope, row0 + s.sk - s.sq, n0 + lane_col);
+                if (!(n0 >= full_lo && n0 + BN <= full_hi)) sm90_scores_mask<BN>(S, p.a, s, row0, n0 + lane_col);
+                float alpha[2] = {1.f, 1.f};
+                const bool rescale = sm90_softmax<T, BN>(S, m_i, l_i, alpha, sl2);
+
+                wgmma_wait<0>(); // the PV of block t - 1 is done: O_i may be rescaled, P overwritten
+                if (t > 0 && (tid & 127) == 0) mbar_arrive(emptyV + 8 * pst);
+                sm90_rescale_pack<T, D, BN>(O, P, S, rescale, alpha);
             }
-            if ((tid & 127) == 0) mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
+
+            // the last O_i += P V
+            const int lst = (kv + n_blocks - 1) % STAGES, lph = ((kv + n_blocks - 1) / STAGES) & 1;
+            mbar_wait(fullV + 8 * lst, lph);
+            bar_sync(8 + c, 256);
+            wgmma_fence();
+            sm90_issue_pv<T, D, BN>(O, P, sV0 + lst * KV_BYTES);
+            if (c != NWG - 1) bar_arrive(8 + c + 1, 256); // (the last consumer's arrival would have no taker)
+            wgmma_wait<0>();
+            if ((tid & 127) == 0) mbar_arrive(emptyV + 8 * lst);
 #pragma unroll
-            for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
-
-            if (p.a.transform) sm90_scores_transform<BN>(S, p.a, slope, row0 + s.sk - s.sq, n0 + lane_col);
-            if (!(n0 >= full_lo && n0 + BN <= full_hi)) sm90_scores_mask<BN>(S, p.a, s, row0, n0 + lane_col);
-            float alpha[2] = {1.f, 1.f};
-            const bool rescale = sm90_softmax<T, BN>(S, m_i, l_i, alpha, sl2);
-
-            wgmma_wait<0>(); // the PV of block t - 1 is done: O_i may be rescaled, P overwritten
-            if (t > 0 && (tid & 127) == 0) mbar_arrive(emptyV + 8 * pst);
-            sm90_rescale_pack<T, D, BN>(O, P, S, rescale, alpha);
+            for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
+            kv += n_blocks;
         }
-
-        // the last O_i += P V
-        const int lt = n_blocks - 1, lst = lt % STAGES, lph = (lt / STAGES) & 1;
-        mbar_wait(fullV + 8 * lst, lph);
-        bar_sync(8 + c, 256);
-        wgmma_fence();
-        sm90_issue_pv<T, D, BN>(O, P, sV0 + lst * KV_BYTES);
-        if (c != NWG - 1) bar_arrive(8 + c + 1, 256); // (the last consumer's arrival would have no taker)
-        wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
+        // the tile's coordinates again rather than kept live through the loop (registers: without
+        // this, D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes)
+        int tile2 = tile;
+        asm volatile("" : "+r"(tile2));
+        sm90_fwd_tile(p, tile2, &m_block, &b, &h);
+        sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b), b, h, m_block * BM, c, O, m_i, l_i);
     }
-    sm90_fwd_store<T, D, BM>(p, s, b, h, m0, c, O, m_i, l_i, sQ);
 #endif
 }
 
@@ -724,7 +781,8 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
             const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
             flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
         }
-        kernel<<<(unsigned)blocks, (NWG + 1) * 128, smem, stream>>>(*p, maps);
+        const long long grid = p->ctas > 0 && p->ctas < blocks ? p->ctas : blocks; // persistent: one CTA per SM
+        kernel<<<(unsigned)grid, (NWG + 1) * 128, smem, stream>>>(*p, maps);
     } else {
         void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, LOOP == 1>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
