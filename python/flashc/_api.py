@@ -284,7 +284,7 @@ def _torch_module():
 
 def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1), alibi_slopes=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
-              deterministic=False, return_lse=False):
+              deterministic=False, return_lse=False, descale=None):
     """Exact attention by the FlashAttention-2 algorithm (DESIGN.md section 1 semantics).
 
     q (B, Sq, H, D), k and v (B, Sk, H_kv, D) -- or, with cu_seqlens_q/k, q (total_q, H, D) and k, v
@@ -304,6 +304,9 @@ def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1)
     deterministic  bit-identical gradients run to run (read by the backward)
     return_lse     also return lse, fp32 natural log, (B, H, Sq) or (H, total_q); +inf for rows
                    that see no key (their output is 0)
+    descale        (q_descale, k_descale, v_descale) floats for torch.float8_e4m3fn q, k, v (CUDA,
+                   compute capability 9.0, forward only): the true inputs are the e4m3 values times
+                   these; out is bfloat16. None means (1, 1, 1).
 
     Returns out (like q), or (out, lse). Errors raise ValueError (bad argument) or
     NotImplementedError (unsupported here), with the library's message.
@@ -315,7 +318,10 @@ def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1)
     kind = "torch" if tm is not None and isinstance(q, tm.Tensor) else _kind(q)
     if kind == "torch":
         return _torch_module().attention(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q,
-                                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic, return_lse)
+                                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic, return_lse,
+                                         descale=descale)
+    if descale is not None:
+        raise ValueError("flashc: descale applies to torch float8_e4m3fn tensors only")
     if kind == "dlpack":
         q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k = _from_dlpack(
             (q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k))

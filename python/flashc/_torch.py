@@ -167,7 +167,7 @@ def _out_dtype(dtype):
 
 
 def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
-             causal, window_left, window_right):
+             causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0):
     """(out, lse) for torch tensors: out contiguous like q, lse fp32 (B, H, Sq) or (H, total_q)."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = _last_contig(q), _last_contig(k), _last_contig(v)
@@ -183,13 +183,15 @@ def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_s
     else:
         qs, ks, vs, out_st = qs[:3], ks[:3], vs[:3], (sq * h * d, h * d, d)
         lse = q.new_empty((b, h, sq), dtype=torch.float32)
-    # e4m3 q, k, v (forward only, descales 1: scale the inputs before the cast) give a bf16 out
+    # e4m3 q, k, v (forward only; true inputs = values x descales) give a bf16 out
     out = torch.empty_like(q, memory_format=_CONTIGUOUS, dtype=_out_dtype(q.dtype))
     if POISON:
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
     desc = make_desc(dt, b, sq, sk, h, hkv, d, qs, ks, vs, out_st, scale, softcap, causal, window_left, window_right,
                      alp, albs, cu_qp, cu_kp, usedp)
+    if descale_q != 1.0 or descale_k != 1.0 or descale_v != 1.0:  # (0 in the desc also means 1)
+        desc.q_descale, desc.k_descale, desc.v_descale = descale_q, descale_k, descale_v
     ptrs = (q.data_ptr() or _E[0], k.data_ptr() or _E[1], v.data_ptr() or _E[2], out.data_ptr() or _E[3],
             lse.data_ptr() or _E[4])
     if dev.type == "cpu":
@@ -380,14 +382,15 @@ def _rotary_table(t, name, q):
 @torch.library.custom_op("flashc::fwd", mutates_args=())
 def fwd_op(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
            cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-           scale: float, softcap: float, causal: bool, window_left: int, window_right: int) -> Tuple[Tensor, Tensor]:
+           scale: float, softcap: float, causal: bool, window_left: int, window_right: int, descale_q: float = 1.0,
+           descale_k: float = 1.0, descale_v: float = 1.0) -> Tuple[Tensor, Tensor]:
     return fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
-                    softcap, causal, window_left, window_right)
+                    softcap, causal, window_left, window_right, descale_q, descale_k, descale_v)
 
 
 @fwd_op.register_fake
 def _fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
-              softcap, causal, window_left, window_right):
+              softcap, causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0):
     lse_shape = (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else (q.shape[0], q.shape[2], q.shape[1])
     return q.new_empty(q.shape, dtype=_out_dtype(q.dtype)), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -497,14 +500,20 @@ def _max_lens(cu_q, cu_k, max_q, max_k):
 
 def attention(q, k, v, causal=False, scale=None, softcap=0.0, window=(-1, -1), alibi_slopes=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
-              deterministic=False, return_lse=False, pack=None):
+              deterministic=False, return_lse=False, pack=None, descale=None):
     """See flashc.attention. pack: None, "kv" (k is kv, v None) or "qkv" (q is qkv, k and v None)."""
     max_seqlen_q, max_seqlen_k = _max_lens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     wl, wr = window
     args = (alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q or 0, max_seqlen_k or 0,
             float(scale) if scale is not None else 0.0, float(softcap), bool(causal), int(wl), int(wr))
+    if descale is not None:  # e4m3, forward only
+        if len(descale) != 3:
+            raise ValueError(f"flashc: descale must be (q_descale, k_descale, v_descale), got {descale!r}")
+        args = args + tuple(float(x) for x in descale)
     if torch.is_grad_enabled() and (q.requires_grad or k is not None and k.requires_grad
                                     or v is not None and v.requires_grad):
+        if descale is not None:
+            raise NotImplementedError("flashc: descale is for the e4m3 forward, which has no backward")
         out, lse = AttentionFunction.apply(pack, q, k, v, *args, bool(deterministic))
     elif pack is None:
         out, lse = _fwd(q, k, v, *args)

@@ -132,6 +132,12 @@ def test_e4m3_forward():
         assert out.dtype == torch.bfloat16 and out.shape == ref.shape
         diff = (out.float() - ref.float()).norm() / ref.float().norm()
         assert diff.item() < 0.1
+        # descales: the inputs are the codes times (0.5, 2, 4) -> scores unchanged, out x 4
+        out_d = flashc.attention(q8, k8, v8, causal=True, descale=(0.5, 2.0, 4.0))
+        diff = (out_d.float() - 4 * out.float()).norm() / (4 * out.float()).norm()
+        assert diff.item() < 0.02
+    with pytest.raises(ValueError, match="descale"):
+        flashc.attention(q8.cpu(), k8.cpu(), v8.cpu(), descale=(1.0, 1.0))
 
 
 def test_opcheck_custom_ops():
