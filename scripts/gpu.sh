@@ -29,6 +29,7 @@ STEPS=${*:-all}
 want() { case " $STEPS " in *" all "*|*" $1 "*) return 0 ;; esac; return 1; }
 SUMMARY="$LOG/summary.txt"
 : >"$SUMMARY"
+touch "$LOG/.start" # results files newer than this are this run's
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -e "$BUILD/libflashc.so" ]; then
@@ -77,7 +78,7 @@ if want bench; then
     if [ "${BENCH_DECODE:-1}" != 0 ]; then
         env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --lib "$BUILD/libflashc.so" --decode 2>&1 | tee "$LOG/bench_decode.log" | tail -16 >>/tmp/flashc_bench_tail.txt
     fi
-    cp bench/results/*-cuda*.jsonl "$LOG/" 2>/dev/null
+    find bench/results -name '*-cuda*.jsonl' -newer "$LOG/.start" -exec cp {} "$LOG/" \; 2>/dev/null
 fi
 
 if want sanitize; then
