@@ -476,6 +476,7 @@ template <int D>
 static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m) {
     const flashc_cuda_attn &a = p->a;
     if (a.cu_q || a.seqused_k) return false;
+    if (((uintptr_t)p->q | (uintptr_t)p->dout) & 127) return false; // as flashc_sm90_make_maps
     const uint64_t dim[4] = {(uint64_t)a.D, (uint64_t)a.Sq, (uint64_t)a.H, (uint64_t)a.B};
     const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
     return sm90_tma_map(&m->q, p->q, 2, dim, qst, FLASHC_SM90_BWD_BM) &&

@@ -642,8 +642,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                     wgmma_wait<0>();
                 }
                 if ((tid & 127) == 0) {
-                    mbar_arrive(emptyK + 8 * st);                 // S_ij is done with K_j
-                    if (t == n_blocks - 1) mbar_arrive(emptyQ); // ... and this was the tile's last read of Q_i
+                    mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
+                    // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ
+                    // (so this kernel must not stage O_i there: sm90_fwd_store_regs, not sm90_fwd_store)
+                    if (t == n_blocks - 1) mbar_arrive(emptyQ);
                 }
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
@@ -743,6 +745,10 @@ static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *
     const flashc_cuda_attn &a = p->a;
     const bool packed = a.cu_q != NULL;
     if (!sm90_elem<T>::FP8 && (packed || a.seqused_k)) return false;
+    // The programming guide asks 128-byte aligned bases of swizzled maps; the driver encodes 16-byte
+    // ones, but loads from those were never checked on the H200 (HOPPER-NOTES 3.2, appendix B)
+    if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)(sm90_elem<T>::FP8 ? (const void *)p->vt : p->v)) & 127)
+        return false;
     const uint64_t qdim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_q : a.Sq), (uint64_t)a.H, (uint64_t)(packed ? 1 : a.B)};
     const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_k : a.Sk), (uint64_t)a.H_kv,
                               (uint64_t)(packed ? 1 : a.B)};
@@ -772,7 +778,7 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
     if (blocks == 0) return cudaSuccess;
     if (p->bh_chunk <= 0) p->bh_chunk = flashc_sm90_bh_chunk(p);
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    if (blocks > 0x3fffffffLL) return cudaErrorInvalidConfiguration; // (tile + gridDim.x stays an int)
     if constexpr (LOOP == 2) {
         void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
