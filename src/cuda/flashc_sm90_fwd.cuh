@@ -3,10 +3,11 @@
 // flashc_cuda.cu dispatches to it on compute capability 9.0 when every tensor allows 16-byte
 // access; everything else runs the mma.sync kernel of flashc_cuda_fwd.cuh.
 //
-// Two kernels share the math below. flashc_fwd_sm90_ws_kernel (the tuned one): a producer
-// warpgroup loads Q_i, K_j, V_j by TMA into mbarrier rings, NWG consumer warpgroups compute.
-// flashc_fwd_sm90_kernel (problems the TMA maps cannot describe: bf16/f16 varlen and seqused_k):
-// no producer, every thread issues cp.async, which zero-fills ragged tails itself.
+// Two kernels share the math below. flashc_fwd_sm90_ws_kernel (the tuned one, persistent): a
+// producer warpgroup loads Q_i, K_j, V_j by TMA into mbarrier rings, NWG consumer warpgroups
+// compute. flashc_fwd_sm90_kernel (what the TMA maps do not take: bf16/f16 varlen and seqused_k,
+// bases not 128-byte aligned): no producer, every thread issues cp.async, which zero-fills
+// ragged tails itself.
 // A CTA's consumers are NWG warpgroups, each owning 64 query rows of the BM = 64 NWG rows of Q_i
 // (wgmma's M is 64), so m_i, l_i and O_i of a row stay in one warpgroup (in fact in one quad of
 // one warp, as in the mma.sync kernel). Tiles use the 128B-swizzled layout of flashc_sm90.cuh
@@ -16,11 +17,13 @@
 //                         HOPPER-NOTES 1.7), V MN-major, BN / 16 k-steps, N = D
 // The PV of the previous block is issued right after this block's S and runs while the softmax
 // of S_ij executes (FA3's intra-warpgroup overlap: wait_group 1 frees S, wait_group 0 then frees
-// O for the rescale). Loads run STAGES - 1 blocks ahead in a ring of STAGES K and STAGES V
-// buffers: at the top of iteration t (after one CTA barrier) K_t+STAGES-1 and V_t+STAGES-2 are
-// issued into the buffers whose last readers (S_t-1, PV_t-2) every warpgroup has already waited
-// for. CTAs run in groups of p.bh_chunk (batch, head)s, heaviest query blocks first inside a
-// group, so that the K/V a group streams stays in L2 (the host sizes the group).
+// O for the rescale). In the cp.async kernel's lockstep loop, loads run STAGES - 1 blocks ahead
+// in a ring of STAGES K and STAGES V buffers: at the top of iteration t (after one CTA barrier)
+// K_t+STAGES-1 and V_t+STAGES-2 are issued into the buffers whose last readers (S_t-1, PV_t-2)
+// every warpgroup has already waited for (its ping-pong loop and the TMA kernel use full / empty
+// mbarriers instead). Tiles are ordered in groups of p.bh_chunk (batch, head)s, heaviest query
+// blocks first inside a group, so that the K/V a group streams stays in L2 (the host sizes the
+// group).
 // e4m3 inputs (T = __nv_fp8_e4m3) run the same loop with k32 wgmmas: Q_i and K_j tiles are the same
 // bytes as a bf16 tile of half the head dim, V_j is read as V^T (written by flashc_fp8_vt_kernel,
 // keys permuted so that P_ij needs no shuffles: sm90_pack_p), O_i is bf16 and scaled by v_descale.
