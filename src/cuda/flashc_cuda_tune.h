@@ -105,10 +105,9 @@ static constexpr int flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tile t, int D, b
 }
 // the larger of the causal and non-causal tiles
 static constexpr int flashc_cuda_fwd_sm90_smem(int D, bool fp8 = false) {
-    return flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8) >
-                   flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8)
-               ? flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8)
-               : flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8);
+    const int n = flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8);
+    const int c = flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8);
+    return n > c ? n : c;
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {

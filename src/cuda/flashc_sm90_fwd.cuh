@@ -186,6 +186,26 @@ static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p,
     *b = bh / p.a.H;
 }
 
+// What the TMA kernel's producer and consumers both derive from a tile index: its sequence, first
+// query row m0 and key blocks nb_min .. nb_max - 1 (full_lo / full_hi as key_blocks_of_rows).
+// False when the tile has no query rows (a short varlen sequence).
+typedef struct sm90_fwd_work {
+    int b, h, m0, nb_min, nb_max, full_lo, full_hi;
+    flashc_cuda_seq s;
+} sm90_fwd_work;
+
+template <int BM, int BN>
+static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params &p, int tile, sm90_fwd_work *w) {
+    int m_block;
+    sm90_fwd_tile(p, tile, &m_block, &w->b, &w->h);
+    w->s = cuda_seq(p.a, w->b);
+    w->m0 = m_block * BM;
+    if (w->m0 >= w->s.sq) return false;
+    key_blocks_of_rows(p.a, w->s, w->m0, min(BM, w->s.sq - w->m0), BN, &w->nb_min, &w->nb_max, &w->full_lo,
+                       &w->full_hi);
+    return true;
+}
+
 // Online softmax of one key block, S in log2 units up to the factor sl2 (Alg. 1 lines 9-10):
 // m_new = max(m_i, rowmax(S_ij)); P_ij = exp2(S_ij sl2 - m_new) in place; l_i = alpha l_i + rowsum(P_ij).
 // As in the mma.sync kernel, m_i moves only when a row's max grew by more than 8 (log2 units):
@@ -559,20 +579,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         tma_prefetch_map(&maps.v);
         int kv = 0, qi = 0; // key blocks and Q tiles loaded so far
         for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-            int m_block, b, h, nb_min, nb_max, full_lo, full_hi;
-            sm90_fwd_tile(p, tile, &m_block, &b, &h);
-            const flashc_cuda_seq s = cuda_seq(p.a, b);
-            const int m0 = m_block * BM;
-            if (m0 >= s.sq) continue;
-            key_blocks_of_rows(p.a, s, m0, min(BM, s.sq - m0), BN, &nb_min, &nb_max, &full_lo, &full_hi);
-            const int n_blocks = nb_max - nb_min;
+            sm90_fwd_work w;
+            if (!sm90_fwd_work_of<BM, BN>(p, tile, &w)) continue;
+            const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
             if (n_blocks <= 0) continue;
             // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
-            const int h_kv = h / p.a.group, qb = p.a.cu_q ? 0 : b, k_r0 = (int)s.k_row0;
-            const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, s, b) : 0;
+            const int h_kv = w.h / p.a.group, qb = p.a.cu_q ? 0 : w.b, k_r0 = (int)w.s.k_row0;
+            const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, w.s, w.b) : 0;
             mbar_wait(emptyQ, (qi & 1) ^ 1); // the previous tile's last S_ij is done with Q
             mbar_expect_tx(fullQ, BM * D * ES);
-            sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)s.q_row0 + m0, h, qb, fullQ);
+            sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)w.s.q_row0 + w.m0, w.h, qb, fullQ);
             qi++;
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
@@ -603,13 +619,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const int trow = c * 64 + warp * 16 + (lane >> 2), lane_col = 2 * (lane & 3);
     int kv = 0, qi = 0;
     for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        int m_block, b, h, nb_min, nb_max, full_lo, full_hi;
-        sm90_fwd_tile(p, tile, &m_block, &b, &h);
-        const flashc_cuda_seq s = cuda_seq(p.a, b);
-        const int m0 = m_block * BM;
-        if (m0 >= s.sq) continue;
-        key_blocks_of_rows(p.a, s, m0, min(BM, s.sq - m0), BN, &nb_min, &nb_max, &full_lo, &full_hi);
-        const int n_blocks = nb_max - nb_min;
+        sm90_fwd_work w;
+        if (!sm90_fwd_work_of<BM, BN>(p, tile, &w)) continue;
+        const flashc_cuda_seq &s = w.s;
+        const int b = w.b, h = w.h, m0 = w.m0, nb_max = w.nb_max, full_lo = w.full_lo, full_hi = w.full_hi;
+        const int n_blocks = nb_max - w.nb_min;
         const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
         const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
         const int row0 = m0 + trow;
@@ -678,10 +692,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         }
         // the tile's coordinates again rather than kept live through the loop (registers: without
         // this, D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes)
-        int tile2 = tile;
+        int tile2 = tile, m_block2, b2, h2;
         asm volatile("" : "+r"(tile2));
-        sm90_fwd_tile(p, tile2, &m_block, &b, &h);
-        sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b), b, h, m_block * BM, c, O, m_i, l_i);
+        sm90_fwd_tile(p, tile2, &m_block2, &b2, &h2);
+        sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
     }
 #endif
 }
@@ -782,24 +796,20 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     if (blocks == 0) return cudaSuccess;
     if (p->bh_chunk <= 0) p->bh_chunk = flashc_sm90_bh_chunk(p);
     if (blocks > 0x3fffffffLL) return cudaErrorInvalidConfiguration; // (tile + gridDim.x stays an int)
+    if constexpr (sm90_elem<T>::FP8) { // V^T, and 4 groups of zeros past each sequence (fp8_vt_col0)
+        const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
+        flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
+    }
     if constexpr (LOOP == 2) {
         void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
-        if constexpr (sm90_elem<T>::FP8) {
-            const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
-            flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
-        }
         const long long grid = p->ctas > 0 && p->ctas < blocks ? p->ctas : blocks; // persistent: one CTA per SM
         kernel<<<(unsigned)grid, (NWG + 1) * 128, smem, stream>>>(*p, maps);
     } else {
         void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, LOOP == 1>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
-        if constexpr (sm90_elem<T>::FP8) {
-            const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
-            flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
-        }
         kernel<<<(unsigned)blocks, NWG * 128, smem, stream>>>(*p);
     }
     return cudaGetLastError();
