@@ -162,6 +162,23 @@ static void build_cases(void) {
         add(c);
     }
 
+    // head dim 256 beyond the block above: several key and query blocks of 64 (the Hopper backward
+    // splits the head dim over its warpgroups here) with GQA, MQA, Sq != Sk both ways, a window,
+    // softcap with ALiBi, a single query or key, a padded head dim and exact block multiples
+    {
+        static const int D256[][7] = {// B, H, H_kv, Sq, Sk, D, causal
+                                      {2, 4, 2, 129, 200, 256, 1}, {1, 4, 1, 200, 129, 256, 1}, {1, 2, 2, 150, 150, 256, 0},
+                                      {2, 2, 1, 97, 97, 256, 1},   {1, 2, 2, 1, 300, 256, 0},   {1, 2, 1, 300, 1, 256, 1},
+                                      {1, 3, 3, 130, 70, 200, 0},  {3, 2, 2, 128, 128, 256, 1}};
+        for (int i = 0; i < 8; i++) {
+            tcase c = mk(D256[i][0], D256[i][1], D256[i][2], D256[i][3], D256[i][4], D256[i][5], DT3[1 + i % 2]);
+            c.causal = D256[i][6];
+            if (i == 2) c.win = 1, c.wl = 30, c.wr = 5;
+            if (i == 3) c.softcap = 30.0f, c.alibi = 1;
+            add(c);
+        }
+    }
+
     // GQA 8/2 and MQA 8/1
     for (int g = 0; g < 2; g++)
         for (int t = 0; t < 3; t++)
@@ -1323,7 +1340,7 @@ static int count_diff(const uint8_t *a, const uint8_t *b, size_t n) {
 }
 
 static const tcase *det_cases(int *n) {
-    static tcase cs[3];
+    static tcase cs[4];
     static int built;
     if (!built) {
         cs[0] = mk(2, 4, 2, 200, 300, 64, FLASHC_DTYPE_F32);
@@ -1334,9 +1351,11 @@ static const tcase *det_cases(int *n) {
         cs[1].Sq = 257, cs[1].Sk = 300;
         cs[2] = mk(3, 4, 1, 130, 130, 32, FLASHC_DTYPE_F16);
         cs[2].alibi = 2, cs[2].softcap = 8.0f, cs[2].win = 1, cs[2].wl = 40, cs[2].wr = 7;
+        cs[3] = mk(2, 4, 2, 190, 250, 256, FLASHC_DTYPE_BF16); // the sm_90a D = 256 path has its own kernels
+        cs[3].causal = 1;
         built = 1;
     }
-    *n = 3;
+    *n = 4;
     return cs;
 }
 

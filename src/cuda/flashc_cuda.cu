@@ -245,12 +245,15 @@ static bwd_launch_fn bwd_launcher(flashc_dtype t, int Dp) {
          : Dp == 128 ? flashc_cuda_bwd_launch<__half, 128> : flashc_cuda_bwd_launch<__half, 256>;
 }
 
-// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 128 (SM90_BWD_DIMS in gen_inst.py);
-// NULL for the others. At D = 64 it was slower than the mma.sync kernel; D = 256 needs another
-// tiling (dK_j, dV_j of 64 keys x 256 do not fit one warpgroup's registers).
+// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 128 and 256 (SM90_BWD_DIMS in
+// gen_inst.py; D = 256 splits the head dim over the warpgroups); NULL for D = 64, where it was
+// slower than the mma.sync kernel.
 static bwd_launch_fn bwd_sm90_launcher(flashc_dtype t, int Dp) {
-    if (Dp != 128) return NULL;
-    return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
+    if (Dp == 128)
+        return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
+    if (Dp == 256)
+        return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 256> : flashc_cuda_bwd_sm90_launch<__half, 256>;
+    return NULL;
 }
 
 // E4M3 only: V^T, rows (kv head, dim) of fp8_vt_cols bytes (fp8_vt_col0 in flashc_cuda_common.cuh).
@@ -366,12 +369,14 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.deterministic = p->deterministic;
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
-    // Hopper: the wgmma kernel for the atomic mode with 16-byte aligned tensors (it loads only by
-    // 16-byte cp.async) and the head dims it is built for; everything else the mma.sync kernels.
+    // Hopper: the wgmma kernels with 16-byte aligned tensors (they load only by 16-byte cp.async
+    // and TMA) for the head dims they are built for, at D = 128 in the atomic mode only (D = 256
+    // adds no atomics); everything else the mma.sync kernels.
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    const int Dp = padded_head_dim(p->D);
     bwd_launch_fn launch = NULL;
-    if (pv->sm90 && !p->deterministic && P.a.aligned) launch = bwd_sm90_launcher(p->dtype, padded_head_dim(p->D));
-    if (!launch) launch = bwd_launcher(p->dtype, padded_head_dim(p->D));
+    if (pv->sm90 && P.a.aligned && (!p->deterministic || Dp == 256)) launch = bwd_sm90_launcher(p->dtype, Dp);
+    if (!launch) launch = bwd_launcher(p->dtype, Dp);
     FLASHC_CUDA_TRY(ctx, launch(&P, stream));
     if (p->varlen) {
         FLASHC_CUDA_TRY(ctx, zero_rows(a->dq, p->dq_stride, p->cu_q_host[0], p->H, p->D, NULL, 0, stream));

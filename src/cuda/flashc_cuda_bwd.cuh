@@ -144,17 +144,8 @@ static __device__ __forceinline__ void bwd_p_ds_tile(float (&S)[MT][NT][4], floa
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int col = col0 + nt * 8 + 2 * c + e;
-                    float x = S[mt][nt][2 * r + e], dsf = 1.f;
-                    if (TRANSFORM) {
-                        float y = x * a.scale;
-                        if (a.softcap > 0.f) {
-                            const float t = tanhf(y * a.inv_softcap);
-                            y = a.softcap * t;
-                            dsf = 1.f - t * t;
-                        }
-                        y -= slope * fabsf((float)(diag - col));
-                        x = y * FLASHC_LOG2E;
-                    }
+                    float dsf;
+                    const float x = bwd_logit<TRANSFORM>(S[mt][nt][2 * r + e], a, diag - col, slope, &dsf);
                     float P = ex2(fmaf(x, sl2, -l2));
                     if (col < lo || col >= hi) P = 0.f;
                     S[mt][nt][2 * r + e] = P;
@@ -612,7 +603,7 @@ cudaError_t flashc_cuda_bwd_prepass(flashc_bwd_params *p, cudaStream_t stream) {
     const long long BH = (long long)p->a.B * p->a.H;
     unsigned grid;
     cudaError_t e;
-    if (!p->deterministic) {
+    if (p->dq_acc) { // atomic mode (deterministic: NULL, and the sm_90a D = 256 path needs none)
         e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->ws_rows * D * sizeof(float), stream);
         if (e != cudaSuccess) return e;
     }

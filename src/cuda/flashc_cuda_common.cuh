@@ -211,6 +211,24 @@ static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key
     return (first_key_row + 31) / 32 * 32 + (int64_t)FP8_VT_GAP * b;
 }
 
+// The backward's logit of one raw score x = q.k, in log2 units up to its caller's factor sl2:
+// without a transform x itself (sl2 = scale log2 e); else softcap and ALiBi (dist = the query's
+// diagonal key minus this key) applied here (sl2 = 1), and *dsf = dy / d(softcap input) =
+// 1 - tanh^2 for dS (1 without softcap). Every backward kernel's P_ij = exp2(logit sl2 - lse2_i).
+template <bool TRANSFORM>
+static __device__ __forceinline__ float bwd_logit(float x, const flashc_cuda_attn &a, int dist, float slope, float *dsf) {
+    *dsf = 1.f;
+    if (!TRANSFORM) return x;
+    float y = x * a.scale;
+    if (a.softcap > 0.f) {
+        const float t = tanhf(y * a.inv_softcap);
+        y = a.softcap * t;
+        *dsf = 1.f - t * t;
+    }
+    y -= slope * fabsf((float)dist);
+    return y * FLASHC_LOG2E;
+}
+
 // Row index into the backward's fp32 workspace arrays for (b, h) (add i).
 static __device__ __forceinline__ int64_t ws_row(const flashc_bwd_params &p, int b, int h, const flashc_cuda_seq &s) {
     if (p.a.cu_q) return (int64_t)h * p.ws_rows_per_head + s.q_row0 + (int64_t)b * FLASHC_WS_PAD;

@@ -236,6 +236,10 @@ static inline bool sm90_tma_map(CUtensorMap *map, const void *base, int es, cons
 template <typename T, int N>
 static __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int scale_d);
 
+// A, B from smem, TA / TB = 1: A M-major / B N-major (the 16-bit types only).
+template <typename T, int N, int TA, int TB>
+static __device__ __forceinline__ void wgmma_ss_t(float *d, uint64_t da, uint64_t db, int scale_d);
+
 // A from 4 registers (the accumulator layout of a 64 x 16 tile, HOPPER-NOTES 1.7), B MN-major;
 // for e4m3 (k32): A of a 64 x 32 tile (4 consecutive k per register), B K-major.
 template <typename T, int N>

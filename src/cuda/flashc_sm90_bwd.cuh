@@ -1,13 +1,15 @@
 // flashc_sm90_bwd.cuh -- the Hopper (sm_90a) backward: dK_j, dV_j and dQ_i by wgmma.
 // Included by the generated inst/flashc_bwd_hd*_*_sm90.cu files only (built for sm_90a alone);
-// flashc_cuda.cu sends a backward here only on a 9.0 device, in the atomic (non-deterministic)
-// mode, with 16-byte aligned tensors and head dim 128 (padded: 72..128). The kernel is also
+// flashc_cuda.cu sends a backward here only on a 9.0 device, with 16-byte aligned tensors, for
+// head dim 128 (padded: 72..128) in the atomic (non-deterministic) mode, and for head dim 256
+// (padded: 136..256) in both modes (its dQ kernel adds no atomics). The first kernel below is also
 // correct for D = 64 (the full CUDA test sweep passed with it), but there it ran at 0.80-0.87x of
 // the mma.sync kernel (0.82x with the loop below: 189 against 231 TFLOP/s at S = 8k; exp is a
 // larger share at D = 64 and the lockstep warpgroups overlap none of it with the wgmma), so D = 64
 // is not instantiated. Everything else runs the mma.sync
 // kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion this path calls
 // (instantiated in the plain inst/ files, so that no kernel is compiled twice for different archs).
+// Head dim 256 has its own two kernels (the D = 256 sections at the end).
 //
 // One CTA per (key block K_j of BN = 128 rows, batch, kv head), 2 warpgroups (256 threads), each
 // owning 64 keys of the block and, in registers, their dK_j and dV_j rows (64 x D fp32 each). The
@@ -152,14 +154,16 @@ static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[32], uint3
 // kr0 + 8 ((i >> 1) & 1), query q0 + 8 (i >> 2) + (i & 1); l2: lse2 of query q0 + 8 j + e at
 // index 2 j + e; A fragment k4 (queries 16 k4 ..) register r = elements 8 k4 + 2 r, + 1.
 // The same math as bwd_p_ds_tile of flashc_cuda_bwd.cuh, transposed.
-template <typename T, bool TRANSFORM>
-static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][4], const flashc_cuda_attn &a,
+// NS = 32 for the m64n64 tile (64 queries), 16 for m64n32 (the D = 256 kernel's 32 queries); the
+// pair j of lse2 values is at sl2q + LS j (LS = 8: the smem row of lse2_i; 2: a float2 array).
+template <typename T, bool TRANSFORM, int NS, int LS = 8>
+static __device__ __forceinline__ void sm90_p(float (&S)[NS], uint32_t (&aP)[NS / 8][4], const flashc_cuda_attn &a,
                                               const flashc_cuda_seq &s, const float *sl2q, int kr0, int q0,
                                               float slope, bool masked) {
     const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float2 lv = *(const float2 *)(sl2q + 8 * j); // read here, not kept in registers
+    for (int j = 0; j < NS / 4; j++) {
+        const float2 lv = *(const float2 *)(sl2q + LS * j); // read here, not kept in registers
         const float l2[2] = {lv.x, lv.y};
         float P[2][2]; // [hh][e]
 #pragma unroll
@@ -174,17 +178,8 @@ static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int i = 4 * j + 2 * hh + e, key = kr0 + 8 * hh;
-                float x = S[i], dsf = 1.f;
-                if (TRANSFORM) {
-                    float y = x * a.scale;
-                    if (a.softcap > 0.f) {
-                        const float t = tanhf(y * a.inv_softcap);
-                        y = a.softcap * t;
-                        dsf = 1.f - t * t;
-                    }
-                    y -= slope * fabsf((float)(diag - key));
-                    x = y * FLASHC_LOG2E;
-                }
+                float dsf;
+                const float x = bwd_logit<TRANSFORM>(S[i], a, diag - key, slope, &dsf);
                 float Pv = ex2(fmaf(x, sl2, -l2[e]));
                 if (key < lo || key >= hi) Pv = 0.f;
                 P[hh][e] = Pv;
@@ -198,15 +193,15 @@ static __device__ __forceinline__ void sm90_p(float (&S)[32], uint32_t (&aP)[4][
 
 // dS^T = P^T dsf (dP^T - D_q) from sm90_p's S and dP^T (v.dO), packed as the A fragments of
 // dK += dS^T Q_i (layouts as sm90_p; dl: D of query q0 + 8 j + e at index 2 j + e).
-template <typename T>
-static __device__ __forceinline__ void sm90_ds(const float (&S)[32], const float (&dP)[32], const float *sdq,
-                                               uint32_t (&adS)[4][4]) {
+template <typename T, int NS, int LS = 8>
+static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float (&dP)[NS], const float *sdq,
+                                               uint32_t (&adS)[NS / 8][4]) {
 #pragma unroll
-    for (int k4 = 0; k4 < 4; k4++)
+    for (int k4 = 0; k4 < NS / 8; k4++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = 8 * k4 + 2 * r, j = 2 * k4 + (r >> 1);
-            const float2 dl = *(const float2 *)(sdq + 8 * j);
+            const float2 dl = *(const float2 *)(sdq + LS * j);
             adS[k4][r] = pack2<T>(S[i] * (dP[i] - dl.x), S[i + 1] * (dP[i + 1] - dl.y));
         }
 }
@@ -234,7 +229,7 @@ static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG, in
 
 // The TMA maps of the warp-specialized mode (Q and dO, boxes of BM rows x 64 columns).
 typedef struct flashc_sm90_bwd_maps {
-    CUtensorMap q, dout;
+    CUtensorMap q, dout, k, v; // k, v: the D = 256 dQ kernel's
 } flashc_sm90_bwd_maps;
 
 // NWG = 2: 256 threads, BN = 128, one CTA per SM (253 registers at D = 128). NWG = 1: 128 threads,
@@ -470,17 +465,407 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
 #endif
 }
 
+// ------------------------------------------------------------------------------------------------
+// D = 256: the warpgroups split the head dim
+//
+// dK_j and dV_j of 64 keys x 256 would take one warpgroup 2 x 128 fp32 registers per thread, so
+// at D = 256 the two consumer warpgroups split the columns instead of the keys: warpgroup w owns
+// columns 128 w .. 128 w + 127 of dK_j and dV_j (64 + 64 registers) for all BN = 64 keys of the
+// CTA. The products with keys or queries as rows split the other way. Per step (query block Q_i of
+// BM = 64 rows), warpgroup w, Q_w / dO_w = its 32 of the 64 query rows, [:, w] = its 128 columns:
+//   S^T_w  = K_j Q_w^T             wgmma SS m64n32, both K-major              (Alg. 2 line 10)
+//   dP^T_w = V_j dO_w^T            wgmma SS m64n32, a second group            (line 12)
+//   P^T_w, dS^T_w as in the D <= 128 kernel (sm90_p, sm90_ds; P^T while dP^T runs), then to
+//   shared memory ([key][query], swizzled): the products below need all 64 queries
+//   dV_w   += P^T dO_i[:, w]       wgmma SS m64n128, dO N-major               (line 13)
+//   dK_w   += dS^T Q_i[:, w]       wgmma SS m64n128, Q N-major                (line 16)
+// dQ (line 15) is the next kernel's: added here by atomics (dS K_j[:, w], float2 atomics from
+// registers; shared memory, 208 KB of 227, has no room for a 64 KB fp32 tile to reduce in bulk),
+// the backward ran at half the speed it ran without them (H200, h200-2026-12-01-bwd256.txt:
+// 272 against 574 TFLOP/s at S = 16k, non-causal): 64 KB of fp32 reductions per 64 x 64 block step,
+// twice D = 128's bytes per FLOP, is more than L2 takes.
+// Warpgroup 0 is a TMA producer as in the D <= 128 kernel, for Q_i and dO_i only: each thread
+// reads its 8 lse2_i and D_i values from global memory (L2) while S^T and dP^T run (racecheck
+// flagged the bulk copies into shared memory against the consumers' reads, though an mbarrier
+// ordered them). Batch mode without seqused_k only, like there (the launcher runs the mma.sync
+// kernel for the rest).
+// Tried and not kept: steps rotated by n_block, so that concurrent CTAs of a head add to
+// different dQ_i rows (with the atomics): 0.95-1.0x.
+
+#define FLASHC_SM90_BWD256_STAGES 2
+
+static constexpr __host__ __device__ int flashc_sm90_bwd256_smem(int STAGES) {
+    return 2 * 64 * 256 * 2 + 2 * STAGES * FLASHC_SM90_BWD_BM * 256 * 2 + 2 * 64 * FLASHC_SM90_BWD_BM * 2 + 64 + 1024;
+}
+
+template <typename T, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    flashc_bwd_sm90_dkdv256_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int D = 256, BM = FLASHC_SM90_BWD_BM, BN = 64, NTHREADS = 256;
+    constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
+    constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + STAGES * TILE_Q;
+    constexpr int OFF_P = OFF_DO + STAGES * TILE_Q, OFF_DS = OFF_P + BN * BM * 2, OFF_BAR = OFF_DS + BN * BM * 2;
+    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd256_smem(STAGES), "smem layout");
+    static_assert(2 * BN * (D + 8) * 2 <= OFF_P, "epilogue staging");
+
+    const uint32_t raw = smem_u32(flashc_smem);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    char *sbase = (char *)flashc_smem + (base - raw);
+
+    int n_block, b, h_kv;
+    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv);
+    const flashc_cuda_seq s = cuda_seq(p.a, b);
+    const int n0 = n_block * BN;
+    if (n0 >= s.sk_len) return;
+    int mb_begin, n_mb;
+    query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
+    const int count = n_mb * p.a.group; // step it: head h_kv group + it / n_mb, query block mb_begin + it % n_mb
+
+    const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < STAGES; i++) {
+            mbar_init(full0 + 8 * i, 1);
+            mbar_init(empty0 + 8 * i, 2); // one arrival per consumer warpgroup
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) { // --- producer: as flashc_bwd_sm90_kernel's ------------------------------
+        reg_dealloc<24>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_map(&maps.q);
+            tma_prefetch_map(&maps.dout);
+            for (int it = 0; it < count; it++) {
+                const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
+                const uint32_t bar = full0 + 8 * st;
+                mbar_wait(empty0 + 8 * st, ((it / STAGES) & 1) ^ 1);
+                mbar_expect_tx(bar, 2 * TILE_Q);
+                sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
+                sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
+            }
+        }
+        return;
+    }
+    reg_alloc<240>();
+    const int tid = threadIdx.x - 128, wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, c = lane & 3;
+
+    float dK[64], dV[64]; // columns 128 wg + 8 j + 2 c (+1) of keys n0 + 16 wl + g (+8): element 4 j + 2 hh + e
+#pragma unroll
+    for (int i = 0; i < 64; i++) dK[i] = dV[i] = 0.f;
+
+    const uint32_t sK = base + OFF_K, sV = base + OFF_V, sP = base + OFF_P, sdS = base + OFF_DS;
+    const int kr0 = n0 + wl * 16 + g; // key of accumulator rows (+ 8 for the odd pairs)
+    const int qw = 32 * wg;           // this warpgroup's first query row of Q_i in S^T, dP^T
+
+    if (count > 0) {
+        const uint16_t *Kg = (const uint16_t *)p.k + b * p.k_bs + (s.k_row0 + n0) * p.k_rs + h_kv * p.k_hs;
+        const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + (s.k_row0 + n0) * p.v_rs + h_kv * p.v_hs;
+        sm90_load_tile<BN, D, NTHREADS>(sK, Kg, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
+        sm90_load_tile<BN, D, NTHREADS>(sV, Vg, p.v_rs, s.sk - n0, p.a.D, p.v, tid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async_smem(); // K_j, V_j (cp.async) -> visible to wgmma
+        bar_sync(4, NTHREADS);    // ... of every thread
+
+        for (int it = 0; it < count; it++) {
+            const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
+            const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
+            mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i landed
+
+            // S^T_w = K_j Q_w^T, dP^T_w = V_j dO_w^T: two groups, K = D in 16 steps
+            float S[16], dP[16];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgmma_ss<T, 32>(S, sm90_desc_kmajor(sK, BN, 0, kk), sm90_desc_kmajor(sQs, BM, qw, kk), kk);
+            wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgmma_ss<T, 32>(dP, sm90_desc_kmajor(sV, BN, 0, kk), sm90_desc_kmajor(sdOs, BM, qw, kk), kk);
+            wgmma_commit();
+
+            // lse2 and D of this thread's queries mm0 + qw + 8 j + 2 c, +1 (padded rows: +inf, 0)
+            const int64_t r0 = ws_row(p, b, h, s) + mm0 + qw + 2 * c;
+            float2 l2[4], dl[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                l2[j] = *(const float2 *)(p.lse2 + r0 + 8 * j);
+                dl[j] = *(const float2 *)(p.delta + r0 + 8 * j);
+            }
+            const int mm_last = min(mm0 + BM, s.sq) - 1;
+            const bool masked = !(n0 >= key_lo(p.a, mm_last, s.sq, s.sk) && n0 + BN <= key_hi(p.a, mm0, s.sq, s.sk));
+            const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
+
+            // P^T_w while dP^T runs; dS^T_w; both to shared memory as [key][query] with the
+            // register order of sm90_p: register r of k-step k4 is key row + 8 (r & 1), queries
+            // qw + 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
+            wgmma_wait<1>();
+            reg_fence(S);
+            uint32_t aP[2][4], adS[2][4];
+            if (p.a.transform) sm90_p<T, true, 16, 2>(S, aP, p.a, s, (const float *)l2, kr0, mm0 + qw + 2 * c, slope, masked);
+            else sm90_p<T, false, 16, 2>(S, aP, p.a, s, (const float *)l2, kr0, mm0 + qw + 2 * c, slope, masked);
+            bar_sync(4, NTHREADS); // the previous step's products are done with P^T and dS^T
+#pragma unroll
+            for (int k4 = 0; k4 < 2; k4++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int row = wl * 16 + g + 8 * (r & 1), chunk = qw / 8 + 2 * k4 + (r >> 1);
+                    *(uint32_t *)(sbase + OFF_P + row * 128 + ((chunk ^ g) << 4) + 4 * c) = aP[k4][r];
+                }
+            wgmma_wait<0>();
+            reg_fence(dP);
+            sm90_ds<T, 16, 2>(S, dP, (const float *)dl, adS);
+#pragma unroll
+            for (int k4 = 0; k4 < 2; k4++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int row = wl * 16 + g + 8 * (r & 1), chunk = qw / 8 + 2 * k4 + (r >> 1);
+                    *(uint32_t *)(sbase + OFF_DS + row * 128 + ((chunk ^ g) << 4) + 4 * c) = adS[k4][r];
+                }
+            fence_proxy_async_smem();
+            bar_sync(4, NTHREADS); // P^T, dS^T of both warpgroups are in shared memory
+
+            // dV_w += P^T dO_i[:, w], dK_w += dS^T Q_i[:, w] (scale applied at the end); K = BM = 64
+            // in 4 steps; column block 2 wg of the tiles
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_ss_t<T, 128, 0, 1>(dV, sm90_desc_kmajor(sP, BN, 0, kk),
+                                         sm90_desc_mnmajor(sdOs + 2 * wg * BM * 128, BM, kk), 1);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_ss_t<T, 128, 0, 1>(dK, sm90_desc_kmajor(sdS, BN, 0, kk),
+                                         sm90_desc_mnmajor(sQs + 2 * wg * BM * 128, BM, kk), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dK);
+            reg_fence(dV);
+            if ((tid & 127) == 0) mbar_arrive(empty0 + 8 * st); // Q_i, dO_i are free for step it + STAGES
+        }
+    }
+
+    // --- epilogue: dK_j = scale dK_j, dV_j -> smem ([BN][D + 8], over K_j, V_j, Q_i) -> global ----
+    bar_sync(4, NTHREADS); // both warpgroups are done with Q_i (their last dK) before the staging overwrites it
+    uint16_t *stK = (uint16_t *)sbase, *stV = stK + BN * (D + 8);
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int o = (wl * 16 + g + 8 * hh) * (D + 8) + 128 * wg + 8 * j + 2 * c;
+            *(uint32_t *)(stK + o) = pack2<T>(dK[4 * j + 2 * hh] * p.a.scale, dK[4 * j + 2 * hh + 1] * p.a.scale);
+            *(uint32_t *)(stV + o) = pack2<T>(dV[4 * j + 2 * hh], dV[4 * j + 2 * hh + 1]);
+        }
+    bar_sync(4, NTHREADS);
+    const int out_rows = min(BN, s.sk_len - n0);
+    uint16_t *dKg = (uint16_t *)p.dk + b * p.dk_bs + (s.k_row0 + n0) * p.dk_rs + h_kv * p.dk_hs;
+    uint16_t *dVg = (uint16_t *)p.dv + b * p.dv_bs + (s.k_row0 + n0) * p.dv_rs + h_kv * p.dv_hs;
+    store_tile<BN, D, D + 8, NTHREADS>(dKg, p.dk_rs, stK, out_rows, p.a.D, p.a.aligned, tid);
+    store_tile<BN, D, D + 8, NTHREADS>(dVg, p.dv_rs, stV, out_rows, p.a.D, p.a.aligned, tid);
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// D = 256, dQ without atomics
+//
+// The forward's way: one CTA per (query block Q_i of BM = 64 rows, batch, head) walks the key
+// blocks K_j, V_j (BN = 64) its rows see and recomputes, per warpgroup w,
+//   S_w  = Q_i K_w^T     wgmma SS m64n32, K_w: keys 32 w .. 32 w + 31 of K_j     (Alg. 2 line 10)
+//   dP_w = dO_i V_w^T    wgmma SS m64n32, a second group                          (line 12)
+//   dS_w = P dsf (dP_w - D_i), P = exp2(S_w scale log2e - lse2_i) while dP runs   (lines 11, 14)
+//   dQ_w += dS K_j[:, w] wgmma SS m64n128 (dS through shared memory: both halves
+//                        of the keys), columns 128 w .. 128 w + 127 in registers  (line 15)
+// and stores dQ_i = scale dQ once, to dq: no dq_acc, no conversion, no atomics, so the whole D = 256
+// backward returns the same bits run to run. Warpgroup 0 is the TMA producer (Q_i and dO_i once,
+// K_j and V_j into a STAGES-deep ring on full / empty mbarriers).
+// Recomputing S and dP costs 2 of these 7 products per block pair (5 with atomics), and still the
+// two kernels ran 1.26-1.73x the one with atomics (H200, h200-2026-12-01-bwd256.txt, S = 512..16k).
+
+static constexpr __host__ __device__ int flashc_sm90_bwd256_dq_smem(int STAGES) {
+    return 2 * FLASHC_SM90_BWD_BM * 256 * 2 + 2 * STAGES * 64 * 256 * 2 + FLASHC_SM90_BWD_BM * 64 * 2 + 64 + 1024;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// S (queries x keys, raw q.k) -> P dsf in place (0 where masked; dsf as sm90_p), the m64n32
+// accumulator of this thread: element 4 j + 2 hh + e is query q0 + 8 hh, key k0 + 8 j + e;
+// l2[hh]: lse2 of its query. The math of sm90_p, untransposed.
+template <bool TRANSFORM>
+static __device__ __forceinline__ void sm90_p_rows(float (&S)[16], const flashc_cuda_attn &a, const flashc_cuda_seq &s,
+                                                   const float (&l2)[2], int q0, int k0, float slope, bool masked) {
+    const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int q = q0 + 8 * hh, diag = q + s.sk - s.sq;
+        int lo = 0, hi = 0x7fffffff;
+        if (masked) {
+            lo = key_lo(a, q, s.sq, s.sk);
+            hi = key_hi(a, q, s.sq, s.sk);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = 4 * j + 2 * hh + e, key = k0 + 8 * j + e;
+                float dsf;
+                const float x = bwd_logit<TRANSFORM>(S[i], a, diag - key, slope, &dsf);
+                float Pv = ex2(fmaf(x, sl2, -l2[hh]));
+                if (key < lo || key >= hi) Pv = 0.f;
+                S[i] = Pv * dsf;
+            }
+    }
+}
+#endif
+
+template <typename T, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    flashc_bwd_sm90_dq256_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int D = 256, BM = FLASHC_SM90_BWD_BM, BN = 64, NTHREADS = 256;
+    constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
+    constexpr int OFF_Q = 0, OFF_DO = TILE_Q, OFF_K = 2 * TILE_Q, OFF_V = OFF_K + STAGES * TILE_K;
+    constexpr int OFF_DS = OFF_V + STAGES * TILE_K, OFF_BAR = OFF_DS + BM * BN * 2;
+    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd256_dq_smem(STAGES), "smem layout");
+    static_assert(BM * (D + 8) * 2 <= STAGES * TILE_K, "epilogue staging");
+
+    const uint32_t raw = smem_u32(flashc_smem);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    char *sbase = (char *)flashc_smem + (base - raw);
+
+    // --- which (query block, batch, head): the query blocks of one head are neighbours (K, V stay
+    //     in L2), the longest first (causal) -----------------------------------------------------
+    const int n_mblocks = (p.a.Sq + BM - 1) / BM;
+    const int m_block = n_mblocks - 1 - (int)(blockIdx.x % n_mblocks), bh = (int)(blockIdx.x / n_mblocks);
+    const int h = bh % p.a.H, b = bh / p.a.H, h_kv = h / p.a.group;
+    const flashc_cuda_seq s = cuda_seq(p.a, b);
+    const int mm0 = m_block * BM;
+    if (mm0 >= s.sq) return;
+    int nb_min, nb_max, full_lo, full_hi;
+    key_blocks_of_rows(p.a, s, mm0, min(BM, s.sq - mm0), BN, &nb_min, &nb_max, &full_lo, &full_hi);
+    const int n_blocks = max(nb_max - nb_min, 0);
+
+    const uint32_t fullQ = base + OFF_BAR, full0 = fullQ + 8, empty0 = full0 + 8 * STAGES;
+    if (threadIdx.x == 0) {
+        mbar_init(fullQ, 1);
+        for (int i = 0; i < STAGES; i++) {
+            mbar_init(full0 + 8 * i, 1);
+            mbar_init(empty0 + 8 * i, 2); // one arrival per consumer warpgroup
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) { // --- producer ----------------------------------------------------------
+        reg_dealloc<24>();
+        if (threadIdx.x == 0 && n_blocks > 0) {
+            tma_prefetch_map(&maps.k);
+            tma_prefetch_map(&maps.v);
+            mbar_expect_tx(fullQ, 2 * TILE_Q);
+            sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q, &maps.q, 0, mm0, h, b, fullQ);
+            sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO, &maps.dout, 0, mm0, h, b, fullQ);
+            for (int t = 0; t < n_blocks; t++) {
+                const int st = t % STAGES, n0 = (nb_min + t) * BN;
+                const uint32_t bar = full0 + 8 * st;
+                mbar_wait(empty0 + 8 * st, ((t / STAGES) & 1) ^ 1);
+                mbar_expect_tx(bar, 2 * TILE_K);
+                sm90_tma_rows<BN, D * 2, 2>(base + OFF_K + st * TILE_K, &maps.k, 0, n0, h_kv, b, bar);
+                sm90_tma_rows<BN, D * 2, 2>(base + OFF_V + st * TILE_K, &maps.v, 0, n0, h_kv, b, bar);
+            }
+        }
+        return;
+    }
+    reg_alloc<240>();
+    const int tid = threadIdx.x - 128, wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, c = lane & 3;
+    const int r0 = wl * 16 + g; // this thread's rows r0, r0 + 8 of Q_i
+
+    float dQ[64]; // rows r0 (+8), columns 128 wg + 8 j + 2 c (+1): element 4 j + 2 hh + e
+#pragma unroll
+    for (int i = 0; i < 64; i++) dQ[i] = 0.f;
+
+    if (n_blocks > 0) {
+        const uint32_t sQ = base + OFF_Q, sdO = base + OFF_DO, sdS = base + OFF_DS;
+        const int64_t wr = ws_row(p, b, h, s) + mm0 + r0; // padded rows hold (+inf, 0)
+        const float l2[2] = {p.lse2[wr], p.lse2[wr + 8]}, dl[2] = {p.delta[wr], p.delta[wr + 8]};
+        const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
+        mbar_wait(fullQ, 0);
+
+        for (int t = 0; t < n_blocks; t++) {
+            const int st = t % STAGES, n0 = (nb_min + t) * BN;
+            const uint32_t sK = base + OFF_K + st * TILE_K, sV = base + OFF_V + st * TILE_K;
+            mbar_wait(full0 + 8 * st, (t / STAGES) & 1); // K_j, V_j landed
+
+            float S[16], dP[16];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgmma_ss<T, 32>(S, sm90_desc_kmajor(sQ, BM, 0, kk), sm90_desc_kmajor(sK, BN, 32 * wg, kk), kk);
+            wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgmma_ss<T, 32>(dP, sm90_desc_kmajor(sdO, BM, 0, kk), sm90_desc_kmajor(sV, BN, 32 * wg, kk), kk);
+            wgmma_commit();
+
+            const bool masked = !(n0 >= full_lo && n0 + BN <= full_hi);
+            wgmma_wait<1>();
+            reg_fence(S);
+            if (p.a.transform) sm90_p_rows<true>(S, p.a, s, l2, mm0 + r0, n0 + 32 * wg + 2 * c, slope, masked);
+            else sm90_p_rows<false>(S, p.a, s, l2, mm0 + r0, n0 + 32 * wg + 2 * c, slope, masked);
+            wgmma_wait<0>();
+            reg_fence(dP);
+            // dS_w -> shared memory [query][key], swizzled: query row r0 + 8 hh, keys 32 wg + 8 j + 2 c, +1
+            bar_sync(4, NTHREADS); // the previous step's dQ products are done with dS
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = 4 * j + 2 * hh, chunk = 4 * wg + j;
+                    *(uint32_t *)(sbase + OFF_DS + (r0 + 8 * hh) * 128 + ((chunk ^ g) << 4) + 4 * c) =
+                        pack2<T>(S[i] * (dP[i] - dl[hh]), S[i + 1] * (dP[i + 1] - dl[hh]));
+                }
+            fence_proxy_async_smem();
+            bar_sync(4, NTHREADS); // dS of both warpgroups is in shared memory
+
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_ss_t<T, 128, 0, 1>(dQ, sm90_desc_kmajor(sdS, BM, 0, kk),
+                                         sm90_desc_mnmajor(sK + 2 * wg * BN * 128, BN, kk), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dQ);
+            if ((tid & 127) == 0) mbar_arrive(empty0 + 8 * st); // K_j, V_j are free for block t + STAGES
+        }
+    }
+
+    // --- epilogue: dQ_i = scale dQ -> smem [BM][D + 8] (over the K ring) -> dq --------------------
+    bar_sync(4, NTHREADS); // both warpgroups are done with the K ring
+    uint16_t *stQ = (uint16_t *)(sbase + OFF_K);
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            *(uint32_t *)(stQ + (r0 + 8 * hh) * (D + 8) + 128 * wg + 8 * j + 2 * c) =
+                pack2<T>(dQ[4 * j + 2 * hh] * p.a.scale, dQ[4 * j + 2 * hh + 1] * p.a.scale);
+    bar_sync(4, NTHREADS);
+    uint16_t *dQg = (uint16_t *)p.dq + b * p.dq_bs + (s.q_row0 + mm0) * p.dq_rs + h * p.dq_hs;
+    store_tile<BM, D, D + 8, NTHREADS>(dQg, p.dq_rs, stQ, min(BM, s.sq - mm0), p.a.D, p.a.aligned, tid);
+#endif
+}
+
 // The maps of the warp-specialized mode; false (the cp.async mode runs) for varlen, seqused_k or
 // strides the driver refuses.
 template <int D>
 static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m) {
     const flashc_cuda_attn &a = p->a;
     if (a.cu_q || a.seqused_k) return false;
-    if (((uintptr_t)p->q | (uintptr_t)p->dout) & 127) return false; // as flashc_sm90_make_maps
+    if (((uintptr_t)p->q | (uintptr_t)p->dout | (uintptr_t)p->k | (uintptr_t)p->v) & 127) return false; // as flashc_sm90_make_maps
     const uint64_t dim[4] = {(uint64_t)a.D, (uint64_t)a.Sq, (uint64_t)a.H, (uint64_t)a.B};
+    const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)a.Sk, (uint64_t)a.H_kv, (uint64_t)a.B};
     const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
+    const int64_t kst[3] = {p->k_rs * 2, p->k_hs * 2, p->k_bs * 2}, vst[3] = {p->v_rs * 2, p->v_hs * 2, p->v_bs * 2};
     return sm90_tma_map(&m->q, p->q, 2, dim, qst, FLASHC_SM90_BWD_BM) &&
-           sm90_tma_map(&m->dout, p->dout, 2, dim, dst, FLASHC_SM90_BWD_BM);
+           sm90_tma_map(&m->dout, p->dout, 2, dim, dst, FLASHC_SM90_BWD_BM) &&
+           sm90_tma_map(&m->k, p->k, 2, kdim, kst, 64) && sm90_tma_map(&m->v, p->v, 2, kdim, vst, 64);
 }
 
 template <typename T, int D, int NWG, bool WS, int STAGES>
@@ -498,20 +883,50 @@ static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, cudaStream_t 
 }
 
 // dQ_acc zero and pre-pass, the kernel above, dQ conversion (flashc_cuda_bwd.cuh).
+// D = 256: the pre-pass, the dK/dV kernel, then the dQ kernel, when the maps encode; else the whole
+// mma.sync backward.
+template <typename T>
+static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t stream) {
+    constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem = flashc_sm90_bwd256_smem(STAGES);
+    constexpr int smem_dq = flashc_sm90_bwd256_dq_smem(STAGES);
+    flashc_sm90_bwd_maps maps;
+    if (!flashc_sm90_bwd_make_maps<256>(p, &maps)) return flashc_cuda_bwd_launch<T, 256>(p, stream);
+    p->D_pad = 256;
+    if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
+    const long long blocks = (long long)((p->a.Sk + 63) / 64) * p->a.B * p->a.H_kv;
+    const long long qblocks = (long long)((p->a.Sq + FLASHC_SM90_BWD_BM - 1) / FLASHC_SM90_BWD_BM) * p->a.B * p->a.H;
+    if (blocks > 0x7fffffffLL || qblocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    p->dq_acc = NULL; // the pre-pass zeroes no dq_acc
+    cudaError_t e;
+    if ((e = flashc_cuda_bwd_prepass<T, 256>(p, stream)) != cudaSuccess) return e;
+    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_dkdv256_kernel<T, STAGES>;
+    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
+    if (blocks) k<<<(unsigned)blocks, 384, smem, stream>>>(*p, maps);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_dq256_kernel<T, STAGES>;
+    if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
+    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps);
+    return cudaGetLastError();
+}
+
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream) {
-    p->D_pad = D;
-    if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
-    cudaError_t e;
-    if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
-    // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
-    // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
-    // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
-    e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream)
-        : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, 2, true, 3>(p, stream)
-                                               : flashc_cuda_bwd_sm90_main<T, D, 2, true, 2>(p, stream);
-    if (e != cudaSuccess) return e;
-    return flashc_cuda_bwd_finish<T, D>(p, stream);
+    if constexpr (D == 256) {
+        return flashc_cuda_bwd_sm90_d256<T>(p, stream);
+    } else {
+        p->D_pad = D;
+        if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
+        cudaError_t e;
+        if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
+        // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
+        // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
+        // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
+        e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream)
+            : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, 2, true, 3>(p, stream)
+                                                   : flashc_cuda_bwd_sm90_main<T, D, 2, true, 2>(p, stream);
+        if (e != cudaSuccess) return e;
+        return flashc_cuda_bwd_finish<T, D>(p, stream);
+    }
 }
 
 #endif // FLASHC_SM90_BWD_CUH

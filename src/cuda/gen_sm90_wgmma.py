@@ -9,8 +9,11 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 # SS (A and B from smem, both K-major): S = Q K^T with N = BN; RS (A from registers, B from smem):
 # O += P V with N = D, B MN-major (tnspB = 1; add N values the backward wants here)
-N_SS = [48, 64, 80, 96, 112, 128, 144, 160, 176, 192]
+N_SS = [32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192]
 N_RS = [64, 128, 256]
+# SS with transposed operands (the D = 256 backward, flashc_sm90_bwd.cuh): (N, tnspA, tnspB) --
+# dV += P^T dO and dK += dS^T Q (B N-major), dQ = dS K (A M-major, B N-major)
+N_SS_T = [(128, 0, 1), (128, 1, 1)]
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 # fp8 (e4m3, k32): both operands K-major, no transpose operands (HOPPER-NOTES 1.2, 1.5): S = Q K^T
 # with N = BN, O += P V^T with V^T K-major and N = D
@@ -26,10 +29,11 @@ def outs(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n))
 
 
-def ss(o, ctype, ty, n, k, tail):
+def ss(o, ctype, ty, n, k, tail, name=None):
     """wgmma_ss<ctype, n>: A and B from smem; tail = the immediates after p (scales, transposes)."""
     r = n // 2
-    o.append(f"template <> __device__ __forceinline__ void wgmma_ss<{ctype}, {n}>(float *d, uint64_t da, uint64_t db, int scale_d) {{")
+    name = name or f"wgmma_ss<{ctype}, {n}>"
+    o.append(f"template <> __device__ __forceinline__ void {name}(float *d, uint64_t da, uint64_t db, int scale_d) {{")
     o.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + str(r + 2) + ", 0;\\n\"")
     o.append(f"                 \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ty}.{ty} {{{regs(r, 0)}}}, \"")
     o.append(f"                 \"%{r}, %{r + 1}, p, {tail};\\n}}\\n\"")
@@ -64,6 +68,8 @@ def main():
     for ctype, ty in TYPES.items():
         for n in N_SS:
             ss(o, ctype, ty, n, 16, "1, 1, 0, 0")  # scale A, B; both K-major
+        for n, ta, tb in N_SS_T:
+            ss(o, ctype, ty, n, 16, f"1, 1, {ta}, {tb}", f"wgmma_ss_t<{ctype}, {n}, {ta}, {tb}>")
         for n in N_RS:
             rs(o, ctype, ty, n, 16, "1, 1, 1")  # scale A, B; B transposed (MN-major)
     for n in N_SS_FP8:

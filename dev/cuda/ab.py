@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""ab.py -- two builds of flashc in one process: --lib (A) and --lib2 (B, e.g. a worktree of the
+previous commit built into another folder), timed interleaved on the same inputs, training shapes
+(hidden 2048, B * S = 16k): the forward (bf16, and e4m3 rounded from the same inputs) or, with
+--bwd, the backward (bf16). Prints TFLOP/s of both, B / A and the largest |A - B| of the outputs.
+
+Usage: python3 dev/cuda/ab.py --lib build/libflashc.so --lib2 build-base/libflashc.so [--bwd]
+                              [--dims 128,256] [--seqlens 1024,4096,16384] [--dtypes bf16,e4m3]
+"""
+import ctypes
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import bench_gpu as bg  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib2", required=True)
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="1024,4096,16384")
+    ap.add_argument("--dtypes", default="bf16,e4m3")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bwd", action="store_true")
+    args = ap.parse_args()
+    # a copy under another name, so that the loader keeps two libraries apart
+    tmp = tempfile.mkdtemp()
+    lib2 = os.path.join(tmp, "libflashc_b.so")
+    shutil.copy(args.lib2, lib2)
+    fa, fb = bg.Flashc(os.path.abspath(args.lib)), bg.Flashc(lib2)
+    print(f"A = {args.lib}  B = {args.lib2}")
+    if args.bwd:
+        return ab_bwd(fa, fb, args)
+    for dt in args.dtypes.split(","):
+        for D in (int(x) for x in args.dims.split(",")):
+            if dt == "e4m3" and D == 64:
+                continue
+            for causal in (False, True):
+                for S in (int(x) for x in args.seqlens.split(",")):
+                    B, H = 16384 // S, 2048 // D
+                    fl = bg.fwd_flops(B, H, S, D, causal)
+                    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                    if dt == "e4m3":
+                        q, k, v = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+                    oa, ob = (torch.empty(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+                    da, db = fa.desc(B, S, H, D, causal), fb.desc(B, S, H, D, causal)
+                    if dt == "e4m3":
+                        da.dtype = db.dtype = bg.FLASHC_DTYPE_E4M3
+                    t = [[], []]
+                    for _ in range(args.rounds):  # interleaved: the two see the same clocks
+                        t[0].append(bg.time_ms(lambda: fa.fwd(da, q, k, v, oa, lse), 10))
+                        t[1].append(bg.time_ms(lambda: fb.fwd(db, q, k, v, ob, lse), 10))
+                    ta, tb = (fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
+                    err = (oa.float() - ob.float()).abs().max().item()
+                    print(f"{dt:4s} D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  "
+                          f"B/A {tb / ta:.3f}  max|dO| {err:.2e}", flush=True)
+                    del q, k, v, oa, ob
+                    torch.cuda.empty_cache()
+    shutil.rmtree(tmp)
+
+
+def ab_bwd(fa, fb, args):
+    for D in (int(x) for x in args.dims.split(",")):
+        for causal in (False, True):
+            for S in (int(x) for x in args.seqlens.split(",")):
+                B, H = 16384 // S, 2048 // D
+                fl = 2.5 * bg.fwd_flops(B, H, S, D, causal)
+                q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+                o = torch.empty_like(q)
+                lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+                d = fa.desc(B, S, H, D, causal)
+                ws = torch.empty(fa.lib.flashc_bwd_workspace_size(fa.ctx, ctypes.byref(d)), device="cuda",
+                                 dtype=torch.uint8)
+                fa.fwd(d, q, k, v, o, lse)
+                ga = [torch.empty_like(q) for _ in range(3)]
+                gb = [torch.empty_like(q) for _ in range(3)]
+                t = [[], []]
+                for _ in range(args.rounds):
+                    t[0].append(bg.time_ms(lambda: fa.bwd(d, q, k, v, o, lse, do, *ga, ws), 7))
+                    t[1].append(bg.time_ms(lambda: fb.bwd(d, q, k, v, o, lse, do, *gb, ws), 7))
+                ta, tb = (fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
+                err = max((a.float() - b.float()).abs().max().item() for a, b in zip(ga, gb))
+                print(f"bwd  D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  "
+                      f"max|dqkv A - B| {err:.2e}", flush=True)
+                del q, k, v, do, o, lse, ws, ga, gb
+                torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
