@@ -245,10 +245,11 @@ static bwd_launch_fn bwd_launcher(flashc_dtype t, int Dp) {
          : Dp == 128 ? flashc_cuda_bwd_launch<__half, 128> : flashc_cuda_bwd_launch<__half, 256>;
 }
 
-// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 128 and 256 (SM90_BWD_DIMS in
-// gen_inst.py; D = 256 splits the head dim over the warpgroups); NULL for D = 64, where it was
-// slower than the mma.sync kernel.
+// The wgmma backward (flashc_sm90_bwd.cuh): compiled for D = 64, 128 and 256 (SM90_BWD_DIMS in
+// gen_inst.py; D = 256 splits the head dim over the warpgroups and adds dQ in a second kernel).
 static bwd_launch_fn bwd_sm90_launcher(flashc_dtype t, int Dp) {
+    if (Dp == 64)
+        return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 64> : flashc_cuda_bwd_sm90_launch<__half, 64>;
     if (Dp == 128)
         return t == FLASHC_DTYPE_BF16 ? flashc_cuda_bwd_sm90_launch<__nv_bfloat16, 128> : flashc_cuda_bwd_sm90_launch<__half, 128>;
     if (Dp == 256)
@@ -370,8 +371,8 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
     // Hopper: the wgmma kernels with 16-byte aligned tensors (they load only by 16-byte cp.async
-    // and TMA) for the head dims they are built for, at D = 128 in the atomic mode only (D = 256
-    // adds no atomics); everything else the mma.sync kernels.
+    // and TMA), at D = 64 and 128 in the atomic mode only (D = 256 adds no atomics); everything
+    // else the mma.sync kernels.
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int Dp = padded_head_dim(p->D);
     bwd_launch_fn launch = NULL;

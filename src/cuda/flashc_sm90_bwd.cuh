@@ -1,14 +1,16 @@
 // flashc_sm90_bwd.cuh -- the Hopper (sm_90a) backward: dK_j, dV_j and dQ_i by wgmma.
 // Included by the generated inst/flashc_bwd_hd*_*_sm90.cu files only (built for sm_90a alone);
 // flashc_cuda.cu sends a backward here only on a 9.0 device, with 16-byte aligned tensors, for
-// head dim 128 (padded: 72..128) in the atomic (non-deterministic) mode, and for head dim 256
-// (padded: 136..256) in both modes (its dQ kernel adds no atomics). The first kernel below is also
-// correct for D = 64 (the full CUDA test sweep passed with it), but there it ran at 0.80-0.87x of
-// the mma.sync kernel (0.82x with the loop below: 189 against 231 TFLOP/s at S = 8k; exp is a
-// larger share at D = 64 and the lockstep warpgroups overlap none of it with the wgmma), so D = 64
-// is not instantiated. Everything else runs the mma.sync
-// kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion this path calls
-// (instantiated in the plain inst/ files, so that no kernel is compiled twice for different archs).
+// head dims 64 and 128 (padded: 8..64, 72..128) in the atomic (non-deterministic) mode, and for
+// head dim 256 (padded: 136..256) in both modes (its dQ kernel adds no atomics). Everything else
+// runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion
+// this path calls (instantiated in the plain inst/ files, so that no kernel is compiled twice for
+// different archs).
+// D = 64 runs the kernel below with 128-row query steps, in its cp.async mode: H200
+// (bench/results/h200-2026-12-01-bwd64.txt, S = 512..16k) 1.06-1.17x the mma.sync kernel, against
+// 1.02-1.10x with the TMA producer (which spills 144 bytes at 240 registers, and whose bulk
+// copies of lse2_i / D_i racecheck flagged there). With 64-row steps every form tried had run
+// 0.80-0.94x the mma.sync kernel.
 // Head dim 256 has its own two kernels (the D = 256 sections at the end).
 //
 // One CTA per (key block K_j of BN = 128 rows, batch, kv head), 2 warpgroups (256 threads), each
@@ -137,13 +139,13 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
 
 // X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
 // Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
-template <bool BF16, int D, int BN, int BM>
-static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[32], uint32_t sX, uint32_t sY, int wg) {
+template <typename T, int D, int BN, int BM>
+static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[BM / 2], uint32_t sX, uint32_t sY, int wg) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         const uint32_t xo = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
         const uint32_t yo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-        wgmma_ss_m64n64<BF16, 0, 0>(acc, sm90_desc(sX + xo, 16, 1024), sm90_desc(sY + yo, 16, 1024), kk);
+        wgmma_ss<T, BM>(acc, sm90_desc(sX + xo, 16, 1024), sm90_desc(sY + yo, 16, 1024), kk);
     }
     wgmma_commit();
 }
@@ -213,18 +215,17 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float
 
 #define FLASHC_SM90_BWD_BM 64
 
-// dQ_i tiles in shared memory (fp32 [BM][D + 8]; the 8 floats of padding put the rows g = 0..3 of
-// an accumulator store on different banks): one shared by the warpgroups when they split the
-// columns (2 warpgroups, D >= 128), else one per warpgroup.
-static constexpr __host__ __device__ int flashc_sm90_bwd_dq_tiles(int D, int NWG) { return NWG == 2 && D >= 128 ? 1 : NWG; }
+// Query rows per step of the kernel below: 64, or 128 at D = 64 (a step of 64 x 128 x 64 is short
+// for its fixed costs: barriers, waits, the dQ_i reduction).
+static constexpr __host__ __device__ int flashc_sm90_bwd_bm(int D) { return D == 64 ? 128 : FLASHC_SM90_BWD_BM; }
 
-// Shared memory (bytes, from a 1024-aligned base) with NWG warpgroups (BN = 64 NWG keys) and a
+// Shared memory (bytes, from a 1024-aligned base) with NWG = 2 warpgroups (BN = 128 keys) and a
 // STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [BN x BM]; lse2_i,
-// D_i [STAGES][BM] fp32; the dQ_i tiles; 64 bytes of mbarriers; + 1024 to align.
+// D_i [STAGES][BM] fp32; the dQ_i tile (fp32 [BM][D + 8]; the 8 floats of padding put the rows
+// g = 0..3 of an accumulator store on different banks); 64 bytes of mbarriers; + 1024 to align.
 static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG, int STAGES = 2) {
-    return 2 * 64 * NWG * D * 2 + 2 * STAGES * FLASHC_SM90_BWD_BM * D * 2 + 64 * NWG * FLASHC_SM90_BWD_BM * 2 +
-           2 * STAGES * FLASHC_SM90_BWD_BM * 4 + flashc_sm90_bwd_dq_tiles(D, NWG) * FLASHC_SM90_BWD_BM * (D + 8) * 4 +
-           64 + 1024;
+    return 2 * 64 * NWG * D * 2 + 2 * STAGES * flashc_sm90_bwd_bm(D) * D * 2 + 64 * NWG * flashc_sm90_bwd_bm(D) * 2 +
+           2 * STAGES * flashc_sm90_bwd_bm(D) * 4 + flashc_sm90_bwd_bm(D) * (D + 8) * 4 + 64 + 1024;
 }
 
 // The TMA maps of the warp-specialized mode (Q and dO, boxes of BM rows x 64 columns).
@@ -232,10 +233,9 @@ typedef struct flashc_sm90_bwd_maps {
     CUtensorMap q, dout, k, v; // k, v: the D = 256 dQ kernel's
 } flashc_sm90_bwd_maps;
 
-// NWG = 2: 256 threads, BN = 128, one CTA per SM (253 registers at D = 128). NWG = 1: 128 threads,
-// BN = 64, two CTAs per SM (their independent phases could overlap one's exp / atomics with the
-// other's wgmma); it passed the same tests but ran 0.6-0.8x as fast (launcher), so it is unused
-// (and at D = 128 it would now need two dQ column blocks per warpgroup).
+// NWG = 2: 256 threads, BN = 128, one CTA per SM (242 registers at D = 128 in the cp.async mode,
+// 255 at D = 64). NWG = 1 (128 threads, BN = 64, two CTAs per SM) passed the same tests but ran
+// 0.6-0.8x as fast; it is gone.
 // WS = true: warpgroup 0 is a producer whose one thread brings Q_i, dO_i (TMA) and lse2_i, D_i
 // (bulk copies) into a STAGES-deep ring on full / empty mbarriers (the forward's scheme), and
 // setmaxnreg gives the NWG = 2 consumer warpgroups 240 registers; the consumers meet on named
@@ -245,20 +245,20 @@ template <typename T, int D, int NWG, bool WS, int STAGES>
 __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
     flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64 * NWG, NTHREADS = 128 * NWG;
-    static_assert(!WS || NWG == 2, "the producer's registers go to 2 consumer warpgroups");
+    constexpr int BM = flashc_sm90_bwd_bm(D), BN = 64 * NWG, NTHREADS = 128 * NWG;
+    static_assert(NWG == 2, "two warpgroups: the producer's registers, the dQ_i split");
     static_assert(WS || STAGES == 2, "the cp.async mode double-buffers");
     constexpr bool BF16 = flashc_is_bf16<T>::value;
-    // dQ_i: with 2 warpgroups and D = 128, warpgroup w adds columns 64w.. over all BN keys
-    // (ALLKEYS); otherwise each warpgroup adds all D = 64 columns over its own 64 keys
-    constexpr bool ALLKEYS = NWG == 2 && D >= 128;
-    static_assert(ALLKEYS || D == 64, "one 64-column dQ block per warpgroup");
+    // dQ_i over all BN keys: at D = 128 warpgroup w adds columns 64 w .. 64 w + 63 of the BM = 64
+    // rows (COLS); at D = 64, rows 64 w .. 64 w + 63 of the BM = 128 (all 64 columns)
+    constexpr bool COLS = D >= 128;
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + STAGES * TILE_Q;
     constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + STAGES * BM * 4;
     constexpr int OFF_DQ = OFF_L + 2 * STAGES * BM * 4, LDQ = D + 8; // fp32 dQ_i tiles, row stride LDQ floats
-    constexpr int OFF_BAR = OFF_DQ + flashc_sm90_bwd_dq_tiles(D, NWG) * BM * LDQ * 4;
+    constexpr int OFF_BAR = OFF_DQ + BM * LDQ * 4;
     static_assert(D == 64 || D == 128, "head dim");
+    static_assert(COLS ? BM == 64 : BM == 128, "the dQ_i split");
     static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, NWG, STAGES), "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
 
@@ -356,10 +356,10 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
 
             // S^T = K_w Q_i^T, dP^T = V_w dO_i^T       (Alg. 2 lines 10, 12), K = D in steps of 16,
             // two groups: P^T is computed while dP^T is still on the tensor cores
-            float S[32], dP[32];
+            float S[BM / 2], dP[BM / 2];
             wgmma_fence();
-            sm90_issue_rows_t<BF16, D, BN, BM>(S, sK, sQs, wg);
-            sm90_issue_rows_t<BF16, D, BN, BM>(dP, sV, sdOs, wg);
+            sm90_issue_rows_t<T, D, BN, BM>(S, sK, sQs, wg);
+            sm90_issue_rows_t<T, D, BN, BM>(dP, sV, sdOs, wg);
 
             const float *l2 = sL + st * BM + 2 * c, *dl = sDl + st * BM + 2 * c; // this thread's queries (+ 8 j)
             const int mm_last = min(mm0 + BM, s.sq) - 1;
@@ -369,54 +369,49 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
             // P^T (line 11), then dV_w += P^T dO_i (line 13) while dP^T finishes
             wgmma_wait<1>();
             reg_fence(S);
-            uint32_t aP[4][4], adS[4][4];
+            uint32_t aP[BM / 16][4], adS[BM / 16][4];
             if (p.a.transform) sm90_p<T, true>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
             else sm90_p<T, false>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024));
+            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024));
             wgmma_commit();
 
             // dS^T (line 14) -> registers for dK_w += dS^T Q_i (line 16; scale applied at the end)
-            // and shared memory ([key][query], swizzled) for dQ: register r of k-step k4 is key row
-            // + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
+            // and shared memory ([key][query], swizzled, BM / 64 column blocks) for dQ: register r of
+            // k-step k4 is key row + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
             wgmma_wait<1>();
             reg_fence(dP);
             sm90_ds<T>(S, dP, dl, adS);
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++)
+            for (int k4 = 0; k4 < BM / 16; k4++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     const int row = wg * 64 + wl * 16 + g + 8 * (r & 1), chunk = 2 * k4 + (r >> 1);
-                    *(uint32_t *)(sbase + OFF_DS + row * 128 + ((chunk ^ g) << 4) + 4 * c) = adS[k4][r];
+                    *(uint32_t *)(sbase + OFF_DS + (chunk >> 3) * (BN * 128) + row * 128 + (((chunk & 7) ^ g) << 4) +
+                                  4 * c) = adS[k4][r];
                 }
             fence_proxy_async_smem();
             bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
             if (WS) bar_sync(4, NTHREADS);
             else __syncthreads(); // dS^T of every warpgroup is in shared memory
 
-            // dQ_i += dS K_j                           (line 15), columns 64 cb .. 64 cb + 63, through
-            // the shared dQ tile and one bulk reduction per row into dq_acc; dK_w behind it
+            // dQ_i += dS K_j                           (line 15), rows 64 rb .. and columns 64 cb .. of
+            // the tile (COLS: rb = 0, cb = wg; else rb = wg, cb = 0), through the shared dQ tile and
+            // one bulk reduction per row into dq_acc; dK_w behind it
             float *acc = p.dq_acc + (ws_row(p, b, h, s) + mm0) * (int64_t)D; // padded rows absorb i >= sq
-            float *sdQ = (float *)(sbase + OFF_DQ) + (ALLKEYS ? 0 : wg * BM * LDQ);
-            const int cb = ALLKEYS ? wg : 0;
+            float *sdQ = (float *)(sbase + OFF_DQ);
+            const int cb = COLS ? wg : 0, rb = COLS ? 0 : wg;
             float dQ[32];
             wgmma_fence();
-            if (ALLKEYS) {
 #pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + kk * 2048, BN * 128, 1024),
-                                                sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
-            } else {
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + wg * 64 * 128 + kk * 2048, BN * 128, 1024),
-                                                sm90_desc(sK + wg * 64 * 128 + kk * 2048, BN * 128, 1024), kk);
-            }
+            for (int kk = 0; kk < BN / 16; kk++)
+                wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + rb * (BN * 128) + kk * 2048, BN * 128, 1024),
+                                            sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
             wgmma_commit();
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < 4; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024));
+            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024));
             wgmma_commit();
             wgmma_wait<1>();
             reg_fence(dQ);
@@ -424,12 +419,12 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
             for (int j = 0; j < 8; j++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
-                    *(float2 *)(sdQ + (wl * 16 + g + 8 * hh) * LDQ + cb * 64 + 8 * j + 2 * c) =
+                    *(float2 *)(sdQ + (64 * rb + wl * 16 + g + 8 * hh) * LDQ + cb * 64 + 8 * j + 2 * c) =
                         make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]);
             fence_proxy_async_smem();
-            bar_sync(1 + wg, 128); // this warpgroup's dQ columns are in the tile
-            if ((tid & 127) < BM) {
-                const int r = tid & 127, c0 = ALLKEYS ? wg * 64 : 0;
+            bar_sync(1 + wg, 128); // this warpgroup's part of the tile is written
+            if ((tid & 127) < 64) {
+                const int r = 64 * rb + (tid & 127), c0 = 64 * cb;
                 bulk_reduce_add_f32(acc + r * D + c0, smem_u32(sdQ + r * LDQ + c0), 64 * 4);
                 bulk_commit();
             }
@@ -863,8 +858,8 @@ static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bw
     const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)a.Sk, (uint64_t)a.H_kv, (uint64_t)a.B};
     const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
     const int64_t kst[3] = {p->k_rs * 2, p->k_hs * 2, p->k_bs * 2}, vst[3] = {p->v_rs * 2, p->v_hs * 2, p->v_bs * 2};
-    return sm90_tma_map(&m->q, p->q, 2, dim, qst, FLASHC_SM90_BWD_BM) &&
-           sm90_tma_map(&m->dout, p->dout, 2, dim, dst, FLASHC_SM90_BWD_BM) &&
+    return sm90_tma_map(&m->q, p->q, 2, dim, qst, flashc_sm90_bwd_bm(D)) &&
+           sm90_tma_map(&m->dout, p->dout, 2, dim, dst, flashc_sm90_bwd_bm(D)) &&
            sm90_tma_map(&m->k, p->k, 2, kdim, kst, 64) && sm90_tma_map(&m->v, p->v, 2, kdim, vst, 64);
 }
 
@@ -921,9 +916,11 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
         // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
         // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
         // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
-        e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream)
-            : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, 2, true, 3>(p, stream)
-                                                   : flashc_cuda_bwd_sm90_main<T, D, 2, true, 2>(p, stream);
+        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream); // see the top
+        else
+            e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream)
+                : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, 2, true, 3>(p, stream)
+                                                       : flashc_cuda_bwd_sm90_main<T, D, 2, true, 2>(p, stream);
         if (e != cudaSuccess) return e;
         return flashc_cuda_bwd_finish<T, D>(p, stream);
     }

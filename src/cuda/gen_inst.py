@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = {"bf16": "__nv_bfloat16", "f16": "__half"}
 HEADER = {"fwd": "flashc_cuda_fwd.cuh", "bwd": "flashc_cuda_bwd.cuh"}
 PARAMS = {"fwd": "flashc_fwd_params", "bwd": "flashc_bwd_params"}
-SM90_BWD_DIMS = (128, 256)  # flashc_sm90_bwd.cuh; flashc_cuda.cu dispatches only these (64 measured slower)
+SM90_BWD_DIMS = (64, 128, 256)  # flashc_sm90_bwd.cuh
 FP8_FWD_DIMS = (128, 256)  # the e4m3 wgmma forward: a row of the head dim fills 128-byte swizzle rows
 
 
