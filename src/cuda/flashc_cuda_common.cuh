@@ -165,12 +165,23 @@ static __device__ __forceinline__ void key_blocks_of_rows(const flashc_cuda_attn
     *full_hi = key_hi(a, m0, s.sq, s.sk);
 }
 
-// The backward's grid: CTA blockIdx.x takes key block *n_block of kv head *h_kv of sequence *b
-// (the (batch, kv head)s of one key block are neighbours, so they run at the same time).
-static __device__ __forceinline__ void bwd_key_block_of_cta(const flashc_cuda_attn &a, int *n_block, int *b, int *h_kv) {
+// The backward's grid: CTA blockIdx.x takes key block *n_block of kv head *h_kv of sequence *b.
+// By default the (batch, kv head)s of one key block are neighbours, so they run at the same time;
+// with heads_outer the key blocks of one (batch, kv head) are, so its Q_i, dO_i stream from L2 to
+// all of them. H200 (bench/results/h200-2026-12-01-bwd-order.txt, one process): heads_outer ran
+// 1.01-1.16x at D = 256 (the sm90 dK/dV kernel, which uses it), 0.95-1.02x at D = 64 and 128.
+static __device__ __forceinline__ void bwd_key_block_of_cta(const flashc_cuda_attn &a, int *n_block, int *b, int *h_kv,
+                                                            bool heads_outer = false) {
     const int BHk = a.B * a.H_kv;
-    const int bh = (int)(blockIdx.x % BHk);
-    *n_block = (int)(blockIdx.x / BHk);
+    int bh;
+    if (heads_outer) {
+        const int n_kb = (int)(gridDim.x / BHk);
+        bh = (int)(blockIdx.x / n_kb);
+        *n_block = (int)(blockIdx.x % n_kb);
+    } else {
+        bh = (int)(blockIdx.x % BHk);
+        *n_block = (int)(blockIdx.x / BHk);
+    }
     *h_kv = bh % a.H_kv;
     *b = bh / a.H_kv;
 }

@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(384, 1)
     char *sbase = (char *)flashc_smem + (base - raw);
 
     int n_block, b, h_kv;
-    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv);
+    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv, true);
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int n0 = n_block * BN;
     if (n0 >= s.sk_len) return;
