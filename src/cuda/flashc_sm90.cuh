@@ -150,6 +150,28 @@ static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// A ring of `stages` slots that a TMA producer fills and consumers release: full barrier of slot
+// i at full0 + 8 i (one arrival: the producer's, plus the loads' bytes), empty at empty0 + 8 i
+// (`consumers` arrivals). The caller runs fence_mbarrier_init once all its barriers are set.
+static __device__ __forceinline__ void ring_init(uint32_t full0, uint32_t empty0, int stages, int consumers) {
+    for (int i = 0; i < stages; i++) {
+        mbar_init(full0 + 8 * i, 1);
+        mbar_init(empty0 + 8 * i, consumers);
+    }
+}
+
+// The producer's load u (u = 0, 1, ... through the ring): wait until the consumers released its slot
+// (after load u - stages; the first round passes at once), arm the slot's full barrier for `bytes`,
+// and return it: the loads of u complete on it. The consumers wait for load u with
+// mbar_wait(full0 + 8 (u % stages), (u / stages) & 1).
+static __device__ __forceinline__ uint32_t ring_acquire(uint32_t full0, uint32_t empty0, int u, int stages,
+                                                        uint32_t bytes) {
+    const int st = u % stages;
+    mbar_wait(empty0 + 8 * st, ((u / stages) & 1) ^ 1);
+    mbar_expect_tx(full0 + 8 * st, bytes);
+    return full0 + 8 * st;
+}
+
 // ------------------------------------------------------------------------------------------------
 // TMA (HOPPER-NOTES 3) and register reallocation (HOPPER-NOTES 5)
 

@@ -58,67 +58,9 @@
 #include "flashc_sm90.cuh"
 
 // ------------------------------------------------------------------------------------------------
-// wgmma fences, waits and descriptors come from flashc_sm90.cuh; the products below are this
-// kernel's own shapes, with the transposed forms (tnspA / tnspB) the backward needs.
+// tiles and the elementwise step (wgmma wrappers, fences and descriptors: flashc_sm90.cuh)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// D (64 x 64, fp32) (+)= A B, A and B from shared memory (descriptors); TA / TB = 1: M- / N-major.
-template <bool BF16, int TA, int TB>
-static __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-    if (BF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
-}
-
-// D (64 x 64, fp32) += A B, A (64 x 16) from registers, B N-major in shared memory.
-template <bool BF16>
-static __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
-    if (BF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-// D (64 x 128, fp32) += A B, A (64 x 16) from registers, B N-major in shared memory.
-template <bool BF16>
-static __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    if (BF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-template <typename T>
-struct flashc_is_bf16 {
-    static constexpr bool value = false;
-};
-template <>
-struct flashc_is_bf16<__nv_bfloat16> {
-    static constexpr bool value = true;
-};
-
-// ------------------------------------------------------------------------------------------------
-// tiles and the elementwise step
 
 // Q_i, dO_i (swizzled) and lse2_i, D_i of query block mm0 of head h.
 template <int BM, int D, int NTHREADS>
@@ -219,12 +161,12 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float
 // for its fixed costs: barriers, waits, the dQ_i reduction).
 static constexpr __host__ __device__ int flashc_sm90_bwd_bm(int D) { return D == 64 ? 128 : FLASHC_SM90_BWD_BM; }
 
-// Shared memory (bytes, from a 1024-aligned base) with NWG = 2 warpgroups (BN = 128 keys) and a
+// Shared memory (bytes, from a 1024-aligned base) with its 2 consumer warpgroups (BN = 128 keys) and a
 // STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [BN x BM]; lse2_i,
 // D_i [STAGES][BM] fp32; the dQ_i tile (fp32 [BM][D + 8]; the 8 floats of padding put the rows
 // g = 0..3 of an accumulator store on different banks); 64 bytes of mbarriers; + 1024 to align.
-static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int NWG, int STAGES = 2) {
-    return 2 * 64 * NWG * D * 2 + 2 * STAGES * flashc_sm90_bwd_bm(D) * D * 2 + 64 * NWG * flashc_sm90_bwd_bm(D) * 2 +
+static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int STAGES = 2) {
+    return 2 * 128 * D * 2 + 2 * STAGES * flashc_sm90_bwd_bm(D) * D * 2 + 128 * flashc_sm90_bwd_bm(D) * 2 +
            2 * STAGES * flashc_sm90_bwd_bm(D) * 4 + flashc_sm90_bwd_bm(D) * (D + 8) * 4 + 64 + 1024;
 }
 
@@ -233,22 +175,20 @@ typedef struct flashc_sm90_bwd_maps {
     CUtensorMap q, dout, k, v; // k, v: the D = 256 dQ kernel's
 } flashc_sm90_bwd_maps;
 
-// NWG = 2: 256 threads, BN = 128, one CTA per SM (242 registers at D = 128 in the cp.async mode,
-// 255 at D = 64). NWG = 1 (128 threads, BN = 64, two CTAs per SM) passed the same tests but ran
-// 0.6-0.8x as fast; it is gone.
+// Two consumer warpgroups: 256 threads, BN = 128, one CTA per SM (242 registers at D = 128 in the
+// cp.async mode, 255 at D = 64). One warpgroup (BN = 64, two CTAs per SM) passed the same tests but
+// ran 0.6-0.8x as fast; it is gone.
 // WS = true: warpgroup 0 is a producer whose one thread brings Q_i, dO_i (TMA) and lse2_i, D_i
 // (bulk copies) into a STAGES-deep ring on full / empty mbarriers (the forward's scheme), and
-// setmaxnreg gives the NWG = 2 consumer warpgroups 240 registers; the consumers meet on named
+// setmaxnreg gives the 2 consumer warpgroups 240 registers; the consumers meet on named
 // barrier 4 where the plain kernel has __syncthreads. Batch mode without seqused_k only (the maps
 // zero rows past Sq; a packed sequence's neighbour rows would reach dV through P = 0).
-template <typename T, int D, int NWG, bool WS, int STAGES>
-__global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
+template <typename T, int D, bool WS, int STAGES>
+__global__ void __launch_bounds__(128 * (2 + WS), 1)
     flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = flashc_sm90_bwd_bm(D), BN = 64 * NWG, NTHREADS = 128 * NWG;
-    static_assert(NWG == 2, "two warpgroups: the producer's registers, the dQ_i split");
+    constexpr int NWG = 2, BM = flashc_sm90_bwd_bm(D), BN = 64 * NWG, NTHREADS = 128 * NWG;
     static_assert(WS || STAGES == 2, "the cp.async mode double-buffers");
-    constexpr bool BF16 = flashc_is_bf16<T>::value;
     // dQ_i over all BN keys: at D = 128 warpgroup w adds columns 64 w .. 64 w + 63 of the BM = 64
     // rows (COLS); at D = 64, rows 64 w .. 64 w + 63 of the BM = 128 (all 64 columns)
     constexpr bool COLS = D >= 128;
@@ -259,7 +199,7 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
     constexpr int OFF_BAR = OFF_DQ + BM * LDQ * 4;
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(COLS ? BM == 64 : BM == 128, "the dQ_i split");
-    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, NWG, STAGES), "smem layout");
+    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, STAGES), "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
 
     const uint32_t raw = smem_u32(flashc_smem);
@@ -281,10 +221,7 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
     if (WS) {
         if (threadIdx.x == 0) {
-            for (int i = 0; i < STAGES; i++) {
-                mbar_init(full0 + 8 * i, 1);
-                mbar_init(empty0 + 8 * i, NWG);
-            }
+            ring_init(full0, empty0, STAGES, NWG);
             fence_mbarrier_init();
         }
         __syncthreads();
@@ -295,9 +232,7 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
                 tma_prefetch_map(&maps.dout);
                 for (int it = 0; it < count; it++) {
                     const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
-                    const uint32_t bar = full0 + 8 * st;
-                    mbar_wait(empty0 + 8 * st, ((it / STAGES) & 1) ^ 1);
-                    mbar_expect_tx(bar, 2 * TILE_Q + 2 * BM * 4);
+                    const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q + 2 * BM * 4);
                     sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
                     sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
                     const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
@@ -374,7 +309,7 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
             else sm90_p<T, false>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs_tb<BF16>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024));
+            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024), 1);
             wgmma_commit();
 
             // dS^T (line 14) -> registers for dK_w += dS^T Q_i (line 16; scale applied at the end)
@@ -406,12 +341,12 @@ __global__ void __launch_bounds__(128 * (NWG + WS), WS ? 1 : 3 - NWG)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_ss_m64n64<BF16, 1, 1>(dQ, sm90_desc(sdS + rb * (BN * 128) + kk * 2048, BN * 128, 1024),
-                                            sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
+                wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc(sdS + rb * (BN * 128) + kk * 2048, BN * 128, 1024),
+                                        sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
             wgmma_commit();
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs_tb<BF16>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024));
+            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024), 1);
             wgmma_commit();
             wgmma_wait<1>();
             reg_fence(dQ);
@@ -519,10 +454,7 @@ __global__ void __launch_bounds__(384, 1)
 
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < STAGES; i++) {
-            mbar_init(full0 + 8 * i, 1);
-            mbar_init(empty0 + 8 * i, 2); // one arrival per consumer warpgroup
-        }
+        ring_init(full0, empty0, STAGES, 2); // one release per consumer warpgroup
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -533,9 +465,7 @@ __global__ void __launch_bounds__(384, 1)
             tma_prefetch_map(&maps.dout);
             for (int it = 0; it < count; it++) {
                 const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
-                const uint32_t bar = full0 + 8 * st;
-                mbar_wait(empty0 + 8 * st, ((it / STAGES) & 1) ^ 1);
-                mbar_expect_tx(bar, 2 * TILE_Q);
+                const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q);
                 sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
                 sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
             }
@@ -742,10 +672,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t fullQ = base + OFF_BAR, full0 = fullQ + 8, empty0 = full0 + 8 * STAGES;
     if (threadIdx.x == 0) {
         mbar_init(fullQ, 1);
-        for (int i = 0; i < STAGES; i++) {
-            mbar_init(full0 + 8 * i, 1);
-            mbar_init(empty0 + 8 * i, 2); // one arrival per consumer warpgroup
-        }
+        ring_init(full0, empty0, STAGES, 2); // one release per consumer warpgroup
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -759,9 +686,7 @@ __global__ void __launch_bounds__(384, 1)
             sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO, &maps.dout, 0, mm0, h, b, fullQ);
             for (int t = 0; t < n_blocks; t++) {
                 const int st = t % STAGES, n0 = (nb_min + t) * BN;
-                const uint32_t bar = full0 + 8 * st;
-                mbar_wait(empty0 + 8 * st, ((t / STAGES) & 1) ^ 1);
-                mbar_expect_tx(bar, 2 * TILE_K);
+                const uint32_t bar = ring_acquire(full0, empty0, t, STAGES, 2 * TILE_K);
                 sm90_tma_rows<BN, D * 2, 2>(base + OFF_K + st * TILE_K, &maps.k, 0, n0, h_kv, b, bar);
                 sm90_tma_rows<BN, D * 2, 2>(base + OFF_V + st * TILE_K, &maps.v, 0, n0, h_kv, b, bar);
             }
@@ -847,33 +772,34 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// The maps of the warp-specialized mode; false (the cp.async mode runs) for varlen, seqused_k or
-// strides the driver refuses.
+// The TMA maps: Q and dO (boxes of BM rows x 64 columns), and with kv (the D = 256 dQ kernel) K and
+// V (64 rows); false (the caller falls back) for varlen, seqused_k, bases not 128-byte aligned (as
+// flashc_sm90_make_maps) or strides the driver refuses.
 template <int D>
-static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m) {
+static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m, bool kv) {
     const flashc_cuda_attn &a = p->a;
     if (a.cu_q || a.seqused_k) return false;
-    if (((uintptr_t)p->q | (uintptr_t)p->dout | (uintptr_t)p->k | (uintptr_t)p->v) & 127) return false; // as flashc_sm90_make_maps
+    if (((uintptr_t)p->q | (uintptr_t)p->dout | (kv ? (uintptr_t)p->k | (uintptr_t)p->v : 0)) & 127) return false;
     const uint64_t dim[4] = {(uint64_t)a.D, (uint64_t)a.Sq, (uint64_t)a.H, (uint64_t)a.B};
     const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)a.Sk, (uint64_t)a.H_kv, (uint64_t)a.B};
     const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
     const int64_t kst[3] = {p->k_rs * 2, p->k_hs * 2, p->k_bs * 2}, vst[3] = {p->v_rs * 2, p->v_hs * 2, p->v_bs * 2};
     return sm90_tma_map(&m->q, p->q, 2, dim, qst, flashc_sm90_bwd_bm(D)) &&
            sm90_tma_map(&m->dout, p->dout, 2, dim, dst, flashc_sm90_bwd_bm(D)) &&
-           sm90_tma_map(&m->k, p->k, 2, kdim, kst, 64) && sm90_tma_map(&m->v, p->v, 2, kdim, vst, 64);
+           (!kv || (sm90_tma_map(&m->k, p->k, 2, kdim, kst, 64) && sm90_tma_map(&m->v, p->v, 2, kdim, vst, 64)));
 }
 
-template <typename T, int D, int NWG, bool WS, int STAGES>
+template <typename T, int D, bool WS, int STAGES>
 static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, cudaStream_t stream) {
     flashc_sm90_bwd_maps maps;
-    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps)) return flashc_cuda_bwd_sm90_main<T, D, NWG, false, 2>(p, stream);
-    constexpr int smem = flashc_sm90_bwd_smem(D, NWG, STAGES), BN = 64 * NWG;
+    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps, false)) return flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, stream);
+    constexpr int smem = flashc_sm90_bwd_smem(D, STAGES), BN = 128;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, NWG, WS, STAGES>;
+    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, WS, STAGES>;
     cudaError_t e;
     if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-    if (blocks) k<<<(unsigned)blocks, 128 * (NWG + WS), smem, stream>>>(*p, maps);
+    if (blocks) k<<<(unsigned)blocks, 128 * (2 + WS), smem, stream>>>(*p, maps);
     return cudaGetLastError();
 }
 
@@ -885,7 +811,7 @@ static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t 
     constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem = flashc_sm90_bwd256_smem(STAGES);
     constexpr int smem_dq = flashc_sm90_bwd256_dq_smem(STAGES);
     flashc_sm90_bwd_maps maps;
-    if (!flashc_sm90_bwd_make_maps<256>(p, &maps)) return flashc_cuda_bwd_launch<T, 256>(p, stream);
+    if (!flashc_sm90_bwd_make_maps<256>(p, &maps, true)) return flashc_cuda_bwd_launch<T, 256>(p, stream);
     p->D_pad = 256;
     if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
     const long long blocks = (long long)((p->a.Sk + 63) / 64) * p->a.B * p->a.H_kv;
@@ -916,11 +842,11 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
         // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
         // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
         // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
-        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream); // see the top
+        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, stream); // see the top
         else
-            e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, 2, false, 2>(p, stream)
-                : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, 2, true, 3>(p, stream)
-                                                       : flashc_cuda_bwd_sm90_main<T, D, 2, true, 2>(p, stream);
+            e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, stream)
+                : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, true, 3>(p, stream)
+                                                       : flashc_cuda_bwd_sm90_main<T, D, true, 2>(p, stream);
         if (e != cudaSuccess) return e;
         return flashc_cuda_bwd_finish<T, D>(p, stream);
     }

@@ -557,16 +557,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const int tid = threadIdx.x, wg = tid >> 7;
     const int n_tiles = p.n_m_blocks * p.a.B * p.a.H;
 
-    if (tid == 0) {
-        mbar_init(fullQ, 1);
-        mbar_init(emptyQ, NWG);
-#pragma unroll
-        for (int i = 0; i < STAGES; i++) {
-            mbar_init(fullK + 8 * i, 1);
-            mbar_init(fullV + 8 * i, 1);
-            mbar_init(emptyK + 8 * i, NWG);
-            mbar_init(emptyV + 8 * i, NWG);
-        }
+    if (tid == 0) { // Q: a ring of one slot
+        ring_init(fullQ, emptyQ, 1, NWG);
+        ring_init(fullK, emptyK, STAGES, NWG);
+        ring_init(fullV, emptyV, STAGES, NWG);
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -586,26 +580,23 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
             const int h_kv = w.h / p.a.group, qb = p.a.cu_q ? 0 : w.b, k_r0 = (int)w.s.k_row0;
             const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, w.s, w.b) : 0;
-            mbar_wait(emptyQ, (qi & 1) ^ 1); // the previous tile's last S_ij is done with Q
-            mbar_expect_tx(fullQ, BM * D * ES);
+            // (after the previous tile's last S_ij is done with Q)
+            ring_acquire(fullQ, emptyQ, qi++, 1, BM * D * ES);
             sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)w.s.q_row0 + w.m0, w.h, qb, fullQ);
-            qi++;
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
-                    const int st = (kv + t) % STAGES, ph = ((kv + t) / STAGES) & 1;
-                    mbar_wait(emptyK + 8 * st, ph ^ 1);
-                    mbar_expect_tx(fullK + 8 * st, KV_BYTES);
+                    const int u = kv + t, st = u % STAGES;
+                    const uint32_t bar = ring_acquire(fullK, emptyK, u, STAGES, KV_BYTES);
                     sm90_tma_rows<BN, D * ES, ES>(sK0 + st * KV_BYTES, &maps.k, 0, k_r0 + (nb_max - 1 - t) * BN, h_kv,
-                                                  qb, fullK + 8 * st);
+                                                  qb, bar);
                 }
                 if (t > 0) { // V_t-1
-                    const int u = kv + t - 1, st = u % STAGES, ph = (u / STAGES) & 1, n0 = (nb_max - t) * BN;
-                    mbar_wait(emptyV + 8 * st, ph ^ 1);
-                    mbar_expect_tx(fullV + 8 * st, KV_BYTES);
+                    const int u = kv + t - 1, st = u % STAGES, n0 = (nb_max - t) * BN;
+                    const uint32_t bar = ring_acquire(fullV, emptyV, u, STAGES, KV_BYTES);
                     if constexpr (FP8) // V^T: D rows of BN keys
-                        sm90_tma_rows<D, BN, 1>(sV0 + st * KV_BYTES, &maps.v, v_c0 + n0, 0, h_kv, 0, fullV + 8 * st);
+                        sm90_tma_rows<D, BN, 1>(sV0 + st * KV_BYTES, &maps.v, v_c0 + n0, 0, h_kv, 0, bar);
                     else
-                        sm90_tma_rows<BN, D * 2, 2>(sV0 + st * KV_BYTES, &maps.v, 0, k_r0 + n0, h_kv, qb, fullV + 8 * st);
+                        sm90_tma_rows<BN, D * 2, 2>(sV0 + st * KV_BYTES, &maps.v, 0, k_r0 + n0, h_kv, qb, bar);
                 }
             }
             kv += n_blocks;
