@@ -9,7 +9,7 @@
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
 #      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
 #      BENCH_DECODE=0
-#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes)
+#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes) and on test_kvcache
 # Logs go to build/gpu-logs, or under the device tool's $OUT, where they end as gpu-logs.tar.gz beside
 # summary.txt and the results files; a short summary is printed last.
 # Without a GPU (no nvidia-smi, or no device), steps 2-4 are skipped with a message and it exits 0.
@@ -92,6 +92,14 @@ if want sanitize; then
             [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$LOG/$tool.log" | head -10
             note "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/$tool.log" | tail -1) |" \
                  "$(grep -E 'passed.*failed' "$LOG/$tool.log" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
+            # the decode kernels and the merge: every KV-cache case (small caches)
+            start=$(date +%s)
+            timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool $tool --error-exitcode 99 \
+                "$BUILD/test_kvcache" --backend cuda >"$LOG/kv-$tool.log" 2>&1
+            t=$?
+            [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$LOG/kv-$tool.log" | head -10
+            note "compute-sanitizer $tool (test_kvcache): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/kv-$tool.log" | tail -1) |" \
+                 "$(grep -E 'passed.*failed' "$LOG/kv-$tool.log" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
         done
     else
         note "compute-sanitizer: not installed: skipped"

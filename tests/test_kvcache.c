@@ -506,6 +506,16 @@ static void kv_sweep(flashc_ctx *ctx, const char *bname) {
                 c.causal = 1, c.rot = 1, c.page = pg ? 16 : 0;
                 run_kv(ctx, bname, &c, seed++);
             }
+    // a batch that fills the GPU (B * H_kv >= 64: the CUDA backend's CUDA-core kernel at seqlen_q 1,
+    // its tensor-core kernel at seqlen_q 4)
+    for (int sq = 1; sq <= 4; sq += 3)
+        for (int pg = 0; pg <= 1; pg++) {
+            c = kv_base();
+            c.tag = "gqa32/8-b16";
+            c.B = 16, c.H = 32, c.Hkv = 8, c.D = 128, c.cap = 700, c.Sq = sq, c.snew = 1, c.rot = 2;
+            c.causal = sq > 1, c.page = pg ? 16 : 0;
+            run_kv(ctx, bname, &c, seed++);
+        }
     // score options: softcap, ALiBi per head and per (batch, head), windows, custom scale
     for (int pg = 0; pg <= 1; pg++)
         for (int opt = 0; opt < 6; opt++) {

@@ -37,6 +37,10 @@
 #define DEC_THREADS (DEC_WARPS * 32)
 #define DEC_MIN_SPLIT_KEYS 128  // a split below this many keys costs more in setup and merge than it saves
 #define DEC_MAX_SPLITS 128
+// the tensor-core kernel (2b)
+#define DEC_MMA_ROWS 16  // packed query rows per CTA: the m of m16n8k16
+#define DEC_MMA_TILE 64 // split-KV slices meet at multiples of this many keys
+#define DEC_MMA_STAGES 4 // per warp: 3 stages of 16 keys in flight while one is read (tuning below)
 
 // ------------------------------------------------------------------------------------------------
 // kernel ABI
@@ -218,6 +222,23 @@ static __device__ __forceinline__ void row_keys(const flashc_decode_params &p, i
     *hi = (int)h;
 }
 
+// The key range [kb, ke) of the CTA of packed rows r0 .. r0 + rows - 1 and split `split`: the union
+// of its rows' ranges (monotone in i), then this split's slice, in whole tiles so that slices meet
+// at tile (and page) boundaries.
+static __device__ __forceinline__ void cta_keys(const flashc_decode_params &p, int r0, int rows, int tile, int split,
+                                                int n_b, int *kb, int *ke) {
+    int lo0, hi0, lo1, hi1;
+    const int r_last = min(p.rows, r0 + rows) - 1;
+    row_keys(p, r0 / p.group, n_b, &lo0, &hi0);
+    row_keys(p, r_last / p.group, n_b, &lo1, &hi1);
+    const int span = hi1 > lo0 ? hi1 - lo0 : 0;
+    const int per = (span + p.n_splits - 1) / p.n_splits;
+    const int per_t = (per + tile - 1) / tile * tile;
+    *kb = lo0 + split * per_t;
+    *ke = min(hi1, *kb + per_t);
+    if (*kb > *ke) *kb = *ke;
+}
+
 // ------------------------------------------------------------------------------------------------
 // 1. the append: k_new (rotated at c_b + t) and v_new into cache rows c_b .. c_b + seqlen_new - 1
 
@@ -375,7 +396,7 @@ static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &
 // instead of the ulp of |lse| ~ 1e2 that exp(lse_s - lse) would. The splits are summed in split
 // order, whichever CTA merges: the result is bit-identical run to run. The partials are read
 // through L2 (ld.global.cg): they were written by other CTAs, after their __threadfence.
-template <typename T, int DP, int ROWS>
+template <typename T, int DP, int ROWS, int U>
 static __device__ __forceinline__ void merge_splits(const flashc_decode_params &p, int b, int hk, int r0) {
     __shared__ float sM[ROWS], sLS[ROWS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -388,14 +409,19 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
         if (rg < p.rows) {
             const int i = rg / p.group, h = hk * p.group + rg % p.group;
             const float *lp = p.part_lse + ((int64_t)b * p.H + h) * p.Sq + i;
-            for (int sp = lane; sp < p.n_splits; sp += 32) {
+            // the first 32 splits' lse kept in a register for the second pass (one L2 round trip less)
+            const float x0 = lane < p.n_splits ? __ldcg(lp + lane * l_step) : INFINITY;
+            nan |= x0 != x0;
+            if (!isinf(x0)) mx = fmaxf(mx, x0);
+            for (int sp = lane + 32; sp < p.n_splits; sp += 32) {
                 const float x = __ldcg(lp + sp * l_step);
                 nan |= x != x;
                 if (!isinf(x)) mx = fmaxf(mx, x);
             }
 #pragma unroll
             for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            for (int sp = lane; sp < p.n_splits; sp += 32) {
+            if (!isinf(x0) && x0 == x0) sum += expf(x0 - mx);
+            for (int sp = lane + 32; sp < p.n_splits; sp += 32) {
                 const float x = __ldcg(lp + sp * l_step);
                 if (!isinf(x) && x == x) sum += expf(x - mx);
             }
@@ -408,14 +434,15 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
         if (lane == 0) sM[r] = nan ? NAN : mx, sLS[r] = sum > 0.f ? logf(sum) : INFINITY;
     }
     __syncthreads();
-    // out: 4 dims per thread, 8 splits' loads issued before any is used (latency: L2 round trips).
-    // Not 16: that raised the whole kernel to 168 registers (ptxas, sm_90; pipes 1 and 3 use ~128
-    // without it), 3 CTAs per SM instead of 4: batch 64, kv 4k / 16k (pipe 1) ran at 3061 / 3325 GB/s
-    // instead of 3985 / 4126 (H200, 2026-11-29).
-    constexpr int U = 8;
-    for (int idx = threadIdx.x; idx < ROWS * DP / 4; idx += DEC_THREADS) {
+    // out: 4 dims per thread, U splits' loads issued before any is used (latency: L2 round trips).
+    // The CUDA-core kernel takes 8, not 16: 16 raised it to 168 registers (ptxas, sm_90; pipes 1 and
+    // 3 use ~128 without it), 3 CTAs per SM instead of 4: batch 64, kv 4k / 16k (pipe 1) ran at 3061
+    // / 3325 GB/s instead of 3985 / 4126 (H200, 2026-11-29). The tensor-core kernel's occupancy is
+    // set by its shared memory, so it takes 16.
+    const int n_rows = min(ROWS, p.rows - r0);
+    for (int idx = threadIdx.x; idx < n_rows * DP / 4; idx += DEC_THREADS) {
         const int r = idx * 4 / DP, d0 = idx * 4 % DP, rg = r0 + r;
-        if (rg >= p.rows || d0 >= p.D) continue; // D % 8 == 0: a float4 is all in or all out
+        if (d0 >= p.D) continue; // D % 8 == 0: a float4 is all in or all out
         const int i = rg / p.group, h = hk * p.group + rg % p.group;
         const float M = sM[r], LS = sLS[r];
         const float *lp = p.part_lse + ((int64_t)b * p.H + h) * p.Sq + i;
@@ -442,6 +469,56 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
         uint16_t *o = (uint16_t *)p.o + b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d0;
         o[0] = from_f32<T>(acc.x), o[1] = from_f32<T>(acc.y), o[2] = from_f32<T>(acc.z), o[3] = from_f32<T>(acc.w);
         if (p.lse && d0 == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = M != M ? NAN : LS == INFINITY ? INFINITY : M + LS;
+    }
+}
+
+// The end of a CTA: the warps' (m_i, l_i, O_i) -- sO (DEC_WARPS, ROWS, DP) fp32 unnormalised, sWML
+// (DEC_WARPS, 2, ROWS) -- merged, then O_i = O_i / l_i, L_i = m_i + log2(l_i) in natural log (Alg. 1
+// lines 12-13) stored, or parked as this split's partial; with split-KV the last split of the
+// (b, kv head, row chunk) to finish merges them all. Called by every thread after a __syncthreads.
+template <typename T, int DP, int ROWS>
+static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p, const float *sO,
+                                                   const float (*sWML)[2][ROWS], int b, int hk, int chunk, int split,
+                                                   int r0) {
+    const int n_rows = min(ROWS, p.rows - r0);
+    for (int idx = threadIdx.x; idx < n_rows * DP; idx += DEC_THREADS) {
+        const int r = idx / DP, d = idx % DP, rg = r0 + r;
+        if (d >= p.D) continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sWML[w][0][r]);
+        const float Mu = M == -INFINITY ? 0.f : M;
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float f = ex2(sWML[w][0][r] - Mu);
+            L += sWML[w][1][r] * f;
+            O += sO[(w * ROWS + r) * DP + d] * f;
+        }
+        const float out = L > 0.f ? O / L : 0.f;
+        const float lse = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : INFINITY; // a row with no key: +inf
+        const int i = rg / p.group, h = hk * p.group + rg % p.group;
+        if (p.n_splits == 1) {
+            ((uint16_t *)p.o)[b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d] = from_f32<T>(out);
+            if (p.lse && d == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = lse;
+        } else {
+            const int64_t row = (((int64_t)split * p.B + b) * p.Sq + i) * p.H + h;
+            p.part_o[row * p.D + d] = out;
+            if (d == 0) p.part_lse[(((int64_t)split * p.B + b) * p.H + h) * p.Sq + i] = lse;
+        }
+    }
+
+    // --- split-KV: count this split in; the last of the (b, kv head, row chunk) merges them all
+    if (p.n_splits > 1) {
+        __shared__ int s_last;
+        __threadfence(); // my partials reach L2 before my count does
+        __syncthreads();
+        if (threadIdx.x == 0)
+            s_last = atomicAdd(p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk, 1) == p.n_splits - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence(); // the other splits' partials are read after their counts
+        merge_splits<T, DP, ROWS, ROWS == DEC_MMA_ROWS ? 16 : 8>(p, b, hk, r0);
     }
 }
 
@@ -484,21 +561,8 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     const int32_t *bt_b = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : NULL;
     const int64_t unit_b = cache_unit(p, b);
 
-    // the CTA's key range: the union of its rows' ranges (monotone in i), then this split's slice,
-    // in whole tiles so that slices meet at tile (and page) boundaries
     int kb, ke;
-    {
-        int lo0, hi0, lo1, hi1;
-        const int r_last = min(p.rows, r0 + ROWS) - 1;
-        row_keys(p, r0 / p.group, n_b, &lo0, &hi0);
-        row_keys(p, r_last / p.group, n_b, &lo1, &hi1);
-        const int span = hi1 > lo0 ? hi1 - lo0 : 0;
-        const int per = (span + p.n_splits - 1) / p.n_splits;
-        const int per_t = (per + TILE - 1) / TILE * TILE;
-        kb = lo0 + split * per_t;
-        ke = min(hi1, kb + per_t);
-        if (kb > ke) kb = ke;
-    }
+    cta_keys(p, r0, ROWS, TILE, split, n_b, &kb, &ke);
 
     // my row after the reduce, its visible keys within [kb, ke), its ALiBi slope
     const int my_r = lg * C / KPG, my_k0 = lg * C % KPG;
@@ -679,46 +743,229 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     }
     __syncthreads();
 
-    // --- O_i = O_i / l_i, L_i = m_i + log2(l_i) in natural log (lines 12-13); store or park the partial
-    for (int idx = threadIdx.x; idx < ROWS * DP; idx += DEC_THREADS) {
-        const int r = idx / DP, d = idx % DP, rg = r0 + r;
-        if (rg >= p.rows || d >= p.D) continue;
-        float M = -INFINITY;
+    finish_rows<T, DP, ROWS>(p, &sO[0][0][0], sWML, b, hk, chunk, split, r0);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 2b. split-KV attention on the tensor cores (fast-path caches, head_dim <= 128)
+//
+// The same work decomposition with 16 packed query rows per CTA: one m16 tile of mma.sync, so GQA
+// 32/8 at seqlen_q 1 fills 4 of its rows and seqlen_q 4 all 16. The CUDA-core kernel above spends
+// ~60 warp instructions per 512-byte key row (unpack, FMAs, the transpose-reduce); here S_ij and
+// P_ij V_j take 3 (two m16n8k16 per 16 dims, half an ldmatrix each), so the issue slots are no
+// longer what bounds the bandwidth (the 4 padded rows of seqlen_q 1 waste tensor-core work that is
+// free at ~12% of the tensor pipe).
+//
+// Each warp owns a ring of DEC_MMA_STAGES shared-memory stages that only it fills (cp.async) and
+// reads (ldmatrix): no barrier between warps inside the key loop. Warp w takes the w-th quarter of
+// the CTA's key range, 16 keys a step, and runs its own online softmax (FA2 Alg. 1 lines 8-10) on
+// it; the warps are merged by (m_i, l_i) at the end (finish_rows), as the key groups are above.
+
+
+template <int DP>
+struct dec_mma_shape {
+    static constexpr int LD = DP + 8;             // smem row stride in elements: rows 4 banks apart (ldmatrix)
+    static constexpr int CPR = DP / 8;            // 16-byte chunks per key row
+    static constexpr int KPL = 16 * CPR / 32;     // key rows a lane copies per step (each its chunk lane % CPR)
+    static constexpr int STAGE = 2 * 16 * LD;     // K_j then V_j of one warp step, elements
+    static constexpr size_t SMEM = (size_t)DEC_WARPS * DEC_MMA_STAGES * STAGE * 2; // dynamic, bytes
+    static_assert((size_t)DEC_WARPS * DEC_MMA_ROWS * DP * 4 <= SMEM, "sO reuses the rings");
+};
+
+// One warp step: K_j and V_j of keys j0 .. j0 + 15 into a stage (rows past ke repeat row ke - 1:
+// real memory, masked to P = 0). Lane copies chunk lane % CPR of KPL consecutive rows.
+template <int DP>
+static __device__ __forceinline__ void mma_load_step(const flashc_decode_params &p, const uint16_t *kg,
+                                                     const uint16_t *vg, const int32_t *bt_b, int unit_b, int j0,
+                                                     int ke, uint32_t stage, int lane) {
+    typedef dec_mma_shape<DP> S;
+    int64_t ko[S::KPL], vo[S::KPL];
+    const int row0 = lane / S::CPR * S::KPL;
+    key_offsets<S::KPL>(p, bt_b, unit_b, j0 + row0, ke, ko, vo);
+    const uint32_t dst = stage + (uint32_t)(row0 * S::LD + lane % S::CPR * 8) * 2u;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sWML[w][0][r]);
-        const float Mu = M == -INFINITY ? 0.f : M;
-        float L = 0.f, O = 0.f;
+    for (int k = 0; k < S::KPL; k++) {
+        cp_async_16(dst + k * S::LD * 2, kg + ko[k], 16);
+        cp_async_16(dst + (16 + k) * S::LD * 2, vg + vo[k], 16);
+    }
+}
+
+template <typename T, int DP>
+__global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __grid_constant__ flashc_decode_params p) {
+    typedef dec_mma_shape<DP> S;
+    constexpr int LD = S::LD, CPR = S::CPR, NST = DEC_MMA_STAGES, ROWS = DEC_MMA_ROWS, TILE = DEC_MMA_TILE;
+    extern __shared__ __align__(128) uint16_t dec_smem[]; // the warps' rings; after the loop sO
+    __shared__ __align__(16) uint16_t sQ[ROWS * LD];
+    __shared__ float sWML[DEC_WARPS][2][ROWS];
+
+    // --- setup: which (b, kv head, row chunk, split) am I, and my key range
+    const int b = blockIdx.z, hk = blockIdx.y;
+    const int chunk = blockIdx.x % p.row_chunks, split = blockIdx.x / p.row_chunks;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int c_b = cache_len(p, b);
+    const int n_b = c_b + p.seqlen_new;
+    const int r0 = chunk * ROWS;
+    const int32_t *bt_b = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : NULL;
+    const int unit_b = (int)cache_unit(p, b);
+    int kb, ke;
+    cta_keys(p, r0, ROWS, TILE, split, n_b, &kb, &ke);
+    // my keys: a contiguous quarter [wb, we) of the CTA's, in 16-key steps. Contiguous, not 16-key
+    // slices dealt round-robin, so that each warp is a stream of its own: HBM reaches its rate only
+    // with ~1000 concurrent streams of this pattern (256 of every 2048 bytes; dev/cuda/readbw.cu on
+    // the H200: 33 / 66 / 132 row slices x 8 heads ran at 3410 / 4478 / 4640 GB/s).
+    const int per_w = ((ke - kb + DEC_WARPS - 1) / DEC_WARPS + 15) / 16 * 16;
+    const int wb = min(ke, kb + warp * per_w), we = min(ke, wb + per_w);
+    const int n_steps = (we - wb + 15) / 16;
+
+    // --- the first NST - 1 steps of K_j, V_j in flight before anything else
+    const uint32_t ring = smem_u32(dec_smem) + (uint32_t)(warp * NST * S::STAGE) * 2u;
+    // my chunk of a key row; past the head dim (D < DP, D % 8 == 0) dims 0..7 of the same row instead:
+    // real memory, met by Q_i = 0 (its O_i columns are never stored)
+    const int dk = lane % CPR * 8 < p.D ? lane % CPR * 8 : 0;
+    const uint16_t *kg = (const uint16_t *)p.k + (int64_t)hk * p.k_hs + dk;
+    const uint16_t *vg = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + dk;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = ex2(sWML[w][0][r] - Mu);
-            L += sWML[w][1][r] * f;
-            O += sO[w][r][d] * f;
-        }
-        const float out = L > 0.f ? O / L : 0.f;
-        const float lse = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : INFINITY; // a row with no key: +inf
-        const int i = rg / p.group, h = hk * p.group + rg % p.group;
-        if (p.n_splits == 1) {
-            ((uint16_t *)p.o)[b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d] = from_f32<T>(out);
-            if (p.lse && d == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = lse;
-        } else {
-            const int64_t row = (((int64_t)split * p.B + b) * p.Sq + i) * p.H + h;
-            p.part_o[row * p.D + d] = out;
-            if (d == 0) p.part_lse[(((int64_t)split * p.B + b) * p.H + h) * p.Sq + i] = lse;
-        }
+    for (int t = 0; t < NST - 1; t++) {
+        if (t < n_steps) mma_load_step<DP>(p, kg, vg, bt_b, unit_b, wb + t * 16, we, ring + t * S::STAGE * 2, lane);
+        cp_async_commit();
     }
 
-    // --- split-KV: count this split in; the last of the (b, kv head, row chunk) merges them all
-    if (p.n_splits > 1) {
-        __shared__ int s_last;
-        __threadfence(); // my partials reach L2 before my count does
-        __syncthreads();
-        if (threadIdx.x == 0)
-            s_last = atomicAdd(p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk, 1) == p.n_splits - 1;
-        __syncthreads();
-        if (!s_last) return;
-        __threadfence(); // the other splits' partials are read after their counts
-        merge_splits<T, DP, ROWS>(p, b, hk, r0);
+    // --- Q_i: the CTA's 16 rows rotated at c_b (+ i), as T, zero past the rows and the head dim; a
+    // thread takes 8 dims of a row, their loads unrolled so that they are in flight together
+#pragma unroll
+    for (int c0 = 0; c0 < ROWS * CPR; c0 += DEC_THREADS) {
+        const int c = c0 + threadIdx.x, r = c / CPR, d0 = c % CPR * 8, rg = r0 + r;
+        if ((ROWS * CPR) % DEC_THREADS && c >= ROWS * CPR) break;
+        uint16_t x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (rg < p.rows && d0 < p.D) {
+            const int i = rg / p.group, h = hk * p.group + rg % p.group;
+            const uint16_t *qrow = (const uint16_t *)p.q + b * p.q_bs + (int64_t)i * p.q_rs + (int64_t)h * p.q_hs;
+            if (!p.rot_cos) {
+#pragma unroll
+                for (int e = 0; e < 8; e++) x[e] = qrow[d0 + e];
+            } else {
+                const int64_t pos = (int64_t)c_b + (p.rot_q_per_row ? i : 0);
+#pragma unroll
+                for (int e = 0; e < 8; e++) x[e] = from_f32<T>(rope_elem<T>(p, qrow, d0 + e, pos));
+            }
+        }
+        *(uint4 *)&sQ[r * LD + d0] = make_uint4(x[0] | (uint32_t)x[1] << 16, x[2] | (uint32_t)x[3] << 16,
+                                                x[4] | (uint32_t)x[5] << 16, x[6] | (uint32_t)x[7] << 16);
     }
+    __syncthreads();
+    uint32_t qa[DP / 16][4]; // A fragments of Q_i, k = 16 dims each
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; kk++)
+        ldmatrix_x4(qa[kk], smem_u32(sQ + (lane / 8 % 2 * 8 + lane % 8) * LD + kk * 16 + lane / 16 * 8));
+
+    // my two rows (lane / 4 and lane / 4 + 8 of the tile): visible keys within [wb, we), ALiBi
+    int lo[2] = {0, 0}, hi[2] = {0, 0};
+    float slope[2] = {0.f, 0.f};
+    long long diag[2] = {0, 0};
+#pragma unroll
+    for (int x = 0; x < 2; x++) {
+        const int rg = r0 + lane / 4 + 8 * x;
+        if (rg >= p.rows) continue; // padding row: no key (P = 0, never stored)
+        const int i = rg / p.group, h = hk * p.group + rg % p.group;
+        row_keys(p, i, n_b, &lo[x], &hi[x]);
+        lo[x] = max(lo[x], wb);
+        hi[x] = min(hi[x], we);
+        diag[x] = (long long)i + n_b - p.Sq;
+        if (p.alibi) slope[x] = p.alibi[b * p.alibi_bs + h];
+    }
+
+    // --- init (line 6): m_i = -inf, l_i = 0, O_i = 0 for my two rows
+    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+    float acc[DP / 8][4];
+#pragma unroll
+    for (int n = 0; n < DP / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+    // --- for each step of 16 keys (line 7)
+    for (int t = 0; t < n_steps; t++) {
+        const int tn = t + NST - 1;
+        if (tn < n_steps) mma_load_step<DP>(p, kg, vg, bt_b, unit_b, wb + tn * 16, we, ring + tn % NST * S::STAGE * 2, lane);
+        cp_async_commit();
+        cp_async_wait<NST - 1>();
+        __syncwarp(); // every lane's copies of step t are visible to the warp
+        const uint32_t sK = ring + t % NST * S::STAGE * 2, sV = sK + 16 * LD * 2;
+
+        // S_ij = Q_i K_j^T (line 8): keys 0-7 in s[0], 8-15 in s[1]
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; kk++) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, sK + (uint32_t)((lane / 16 * 8 + lane % 8) * LD + kk * 16 + lane / 8 % 2 * 8) * 2u);
+            mma_m16n8k16<T>(s[0], qa[kk], kf);
+            mma_m16n8k16<T>(s[1], qa[kk], kf + 2);
+        }
+        // scale, softcap, ALiBi, mask: element e of s[n] is row lane / 4 + 8 * (e / 2), key j0 + n * 8 + 2 * (lane % 4) + e % 2
+        const int j0 = wb + t * 16;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int x = e / 2, j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                float v = s[n][e] * p.q_mul;
+                if (p.transform) {
+                    if (p.softcap > 0.f) v = p.softcap * tanhf(v * p.inv_softcap);
+                    v -= slope[x] * fabsf((float)(diag[x] - j));
+                    v *= FLASHC_LOG2E;
+                }
+                s[n][e] = j >= lo[x] && j < hi[x] ? v : -INFINITY;
+                mx[x] = fmaxf(mx[x], s[n][e]);
+            }
+        // m_new = max(m_i, rowmax(S)) (line 9); P_ij = exp2(S - m_new); l_i = alpha l_i + rowsum(P)
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            const float m_new = fmaxf(m_i[x], quad_max(mx[x]));
+            m_use[x] = m_new == -INFINITY ? 0.f : m_new; // a row with no key yet: keep exp2 finite
+            alpha[x] = ex2(m_i[x] - m_use[x]);
+            m_i[x] = m_new;
+            l_i[x] *= alpha[x];
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = ex2(s[n][e] - m_use[e / 2]);
+                l_i[e / 2] += s[n][e];
+            }
+        // O_i = diag(alpha) O_i + P_ij V_j (line 10), P_ij from the S accumulators as the A operand
+        const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
+                                pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+        for (int n = 0; n < DP / 8; n++) {
+            acc[n][0] *= alpha[0], acc[n][1] *= alpha[0];
+            acc[n][2] *= alpha[1], acc[n][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int nd = 0; nd < DP / 16; nd++) {
+            uint32_t vf[4];
+            ldmatrix_x4_trans(vf, sV + (uint32_t)((lane / 8 % 2 * 8 + lane % 8) * LD + nd * 16 + lane / 16 * 8) * 2u);
+            mma_m16n8k16<T>(acc[2 * nd], pa, vf);
+            mma_m16n8k16<T>(acc[2 * nd + 1], pa, vf + 2);
+        }
+        __syncwarp(); // the stage is read before a later step's copies refill it
+    }
+
+    // --- the warps' (m_i, l_i, O_i) to shared memory (over the rings, once every copy has landed)
+    cp_async_wait<0>();
+    __syncthreads();
+    float *sO = (float *)dec_smem; // (DEC_WARPS, ROWS, DP)
+#pragma unroll
+    for (int x = 0; x < 2; x++) {
+        l_i[x] = quad_sum(l_i[x]);
+        const int r = lane / 4 + 8 * x;
+#pragma unroll
+        for (int n = 0; n < DP / 8; n++)
+            *(float2 *)&sO[(warp * ROWS + r) * DP + n * 8 + 2 * (lane % 4)] = make_float2(acc[n][2 * x], acc[n][2 * x + 1]);
+        if (lane % 4 == 0) sWML[warp][0][r] = m_i[x], sWML[warp][1][r] = l_i[x];
+    }
+    __syncthreads();
+
+    finish_rows<T, DP, ROWS>(p, sO, sWML, b, hk, chunk, split, r0);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -796,8 +1043,8 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
 
 static int pad_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
-// 8 rows per CTA when a kv group has that many (MQA, seqlen_q > 1), else 4; head_dim 256 always 4
-// (16 dims per lane: 8 rows would need ~256 registers of Q_i and O_i).
+// The CUDA-core kernel: 8 rows per CTA when a kv group has that many (MQA, seqlen_q > 1), else 4;
+// head_dim 256 always 4 (16 dims per lane: 8 rows would need ~256 registers of Q_i and O_i).
 static int rows_per_cta(const flashc_problem *p) {
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
     return rows > 4 && pad_dim(p->D) < 256 ? 8 : 4;
@@ -805,7 +1052,14 @@ static int rows_per_cta(const flashc_problem *p) {
 
 typedef void (*dec_kernel_fn)(flashc_decode_params);
 
-// The pipe for the 4-row kernels of head_dim <= 128 on a fast-path cache, by shape. H200,
+// A kernel and its launch shape: packed rows per CTA, dynamic shared memory.
+typedef struct dec_kernel {
+    dec_kernel_fn fn;
+    int rows;
+    size_t smem;
+} dec_kernel;
+
+// The pipe of the CUDA-core 4-row kernels of head_dim <= 128 on a fast-path cache, by shape. H200,
 // 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 (copy: 4240; the
 // split-KV merge then still a separate kernel):
 //   B 1:  kv 4k 582 / 703,     16k 1538 / 1682,  64k 2809 / 3091
@@ -821,15 +1075,36 @@ static int pick_pipe(const flashc_problem *p, int sm_count) {
     return items < 2LL * sm_count ? 2 : 1;
 }
 
+// Which kernel on a fast-path cache at head_dim <= 128. H200, 2026-12-01, bf16 GQA 32/8 d128, GB/s
+// of K + V read, one process (dev/cuda/ab_decode.py; bench/results/h200-2026-12-01-s6-decode-ab.txt):
+// tensor-core kernel with 3 / 2 / 4 stages per warp, CUDA-core kernel, SDPA CUDNN:
+//   B 1  kv 4k / 16k / 64k:  855 / 882 / 950 / 768 / 1136    2140 / 1925 / 2280 / 1910 / 2533
+//                            3300 / 3146 / 3381 / 3312 / 3796
+//   B 16 kv 4k / 16k / 64k:  3385 / 3364 / 3593 / 3517 / 4067  3927 / 3920 / 4006 / 4162 / 4466
+//                            4117 / 4093 / 4099 / 4343 / 4550
+//   B 64 kv 16k / 64k:       4134 / 4042 / 4116 / 4107 / 4455  4153 / 4100 / 4110 / 4157 / 4464
+//   B 16 kv 16k seqlen_q 4:  3788 / 3748 / 3930 / 608 / 1397
+// So 4 stages (one CTA per SM), and the CUDA-core kernel where a kv group's rows fit its 4-row tile
+// and the batch fills the GPU (B * H_kv >= 64): there it streams 4-6% faster (why, is open: the
+// tensor-core kernel with its math removed reads no faster, while dev/cuda/readbw.cu's copy of its
+// grid and cp.async loads alone reads at 4400-4500).
 template <typename T>
-static dec_kernel_fn pick_kernel(int Dp, int rows, int fast, int pipe) {
-    if (fast && rows == 4 && Dp <= 128) {
-        if (pipe == 2) return Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>;
-        return Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>;
+static dec_kernel pick_kernel(const flashc_problem *p, int fast, int sm_count) {
+    const int Dp = pad_dim(p->D), rows = rows_per_cta(p);
+    const int group_rows = p->group * (p->Sq > 0 ? p->Sq : 1);
+    const int cuda_core = group_rows <= 4 && (int64_t)p->B * p->H_kv >= 64;
+    if (fast && Dp <= 128 && !cuda_core) {
+        if (Dp == 64) return {flashc_decode_mma_kernel<T, 64>, DEC_MMA_ROWS, dec_mma_shape<64>::SMEM};
+        return {flashc_decode_mma_kernel<T, 128>, DEC_MMA_ROWS, dec_mma_shape<128>::SMEM};
     }
-    if (Dp == 64) return rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>;
-    if (Dp == 128) return rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>;
-    return flashc_decode_kernel<T, 256, 4, 0>;
+    if (fast && rows == 4 && Dp <= 128) {
+        if (pick_pipe(p, sm_count) == 2)
+            return {Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>, 4, 0};
+        return {Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>, 4, 0};
+    }
+    if (Dp == 64) return {rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>, rows, 0};
+    if (Dp == 128) return {rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>, rows, 0};
+    return {flashc_decode_kernel<T, 256, 4, 0>, 4, 0};
 }
 
 static int kv_vec_ok(const flashc_problem *p, const void *k, const void *v) {
@@ -846,10 +1121,9 @@ static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
     return kv_vec_ok(p, k, v);
 }
 
-static dec_kernel_fn decode_kernel(const flashc_problem *p, int kv_vec, int sm_count) {
-    const int pipe = pick_pipe(p, sm_count);
-    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(pad_dim(p->D), rows_per_cta(p), kv_vec, pipe)
-                                         : pick_kernel<__half>(pad_dim(p->D), rows_per_cta(p), kv_vec, pipe);
+static dec_kernel decode_kernel(const flashc_problem *p, int fast, int sm_count) {
+    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(p, fast, sm_count)
+                                         : pick_kernel<__half>(p, fast, sm_count);
 }
 
 // Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
@@ -872,11 +1146,13 @@ static dec_kernel_fn decode_kernel(const flashc_problem *p, int kv_vec, int sm_c
 // runs; an unaligned one runs the register kernel on the same plan.
 static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
     if (a->num_splits > 0) return a->num_splits;
-    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
-    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
-    const dec_kernel_fn k = decode_kernel(p, 1, sm_count);
+    const dec_kernel k = decode_kernel(p, 1, sm_count);
+    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
+    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + k.rows - 1) / k.rows);
     int occ = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k, DEC_THREADS, 0) != cudaSuccess ||
+    if (cudaFuncSetAttribute((const void *)k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
         occ < 1) {
         cudaGetLastError();
         occ = 1;
@@ -910,8 +1186,10 @@ static size_t ws_lse_bytes(const flashc_problem *p, int n_splits) {
     return ((size_t)n_splits * rows * sizeof(float) + 255) & ~(size_t)255;
 }
 
+// One per (b, kv head, row chunk) of whichever kernel runs (the workspace size may not depend on
+// the tensors' alignment): chunks of the fewest rows any kernel takes.
 static size_t n_counters(const flashc_problem *p) {
-    const int rows = p->group * p->Sq, R = rows_per_cta(p);
+    const int rows = p->group * p->Sq, R = 4;
     return (size_t)p->B * (size_t)p->H_kv * (size_t)((rows + R - 1) / R);
 }
 
@@ -969,9 +1247,9 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     }
 
     // the plan (the append kernel zeroes the split counters)
-    const int R = rows_per_cta(p);
+    const dec_kernel k = decode_kernel(p, fast, sm_count);
     P.rows = p->group * p->Sq;
-    P.row_chunks = (P.rows + R - 1) / R;
+    P.row_chunks = (P.rows + k.rows - 1) / k.rows;
     P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count) : 1;
     if (P.n_splits > 1) {
         P.part_o = (float *)a->ws;
@@ -995,8 +1273,11 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
 
     // 2. the attention, split-KV; the last split of each (b, kv head, row chunk) merges
     dim3 grid((unsigned)(P.row_chunks * P.n_splits), (unsigned)p->H_kv, (unsigned)p->B);
-    const dec_kernel_fn k = decode_kernel(p, fast, sm_count);
-    k<<<grid, DEC_THREADS, 0, stream>>>(P);
+    if (k.smem > 0) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem);
+        if (e != cudaSuccess) return e;
+    }
+    k.fn<<<grid, DEC_THREADS, k.smem, stream>>>(P);
     return cudaGetLastError();
 }
 

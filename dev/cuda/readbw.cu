@@ -1,0 +1,359 @@
+// readbw.cu -- how fast can one kernel read HBM on this GPU, and by which path? A lab for the decode
+// kernel (memory-bound: every K / V byte read once). Each kernel reads a 4 GiB buffer once and
+// XORs what it read into a word (so nothing is optimised away); GB/s = bytes / median time.
+//   ldg     grid-stride 16-byte ld.global.nc, U loads in flight per thread
+//   bulk    cp.async.bulk (1-D TMA) of CHUNK bytes into a ring of NST stages, one CTA per
+//           contiguous slice
+//   bulkrr  the same, chunks dealt round-robin over the CTAs (neighbouring CTAs read neighbouring
+//           chunks at the same time)
+//   kv_ldg  the KV-cache pattern: rows of 8 heads x 256 bytes, a CTA reads one head (256 of every
+//           2048 bytes) of a range of rows, 16 lanes per row, U rows in flight per lane group
+//   kv_tma  the same pattern by 2-D TMA boxes of 64 rows x 256 bytes into a ring
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc dev/cuda/readbw.cu -o readbw
+#include <stdio.h>
+#include <stdlib.h>
+#include <algorithm>
+#include <vector>
+
+#include "cuda/flashc_sm90.cuh"
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+static __device__ __forceinline__ uint4 ldnc(const void *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+template <int U>
+__global__ void ldg_kernel(const uint4 *x, size_t n, unsigned *sink) {
+    unsigned acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += U * stride) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = i + u * stride < n ? ldnc(x + i + u * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+// one thread per CTA drives a ring of NST stages of CHUNK bytes; rr: chunk c of the CTA is
+// blockIdx.x + c * gridDim.x, else the CTA's slice is contiguous
+template <int CHUNK, int NST>
+__global__ void bulk_kernel(const char *x, size_t bytes, int rr, unsigned *sink) {
+    extern __shared__ __align__(128) char sm[];
+    __shared__ __align__(8) uint64_t full[NST];
+    if (threadIdx.x != 0) return;
+    const size_t n_chunks = bytes / CHUNK, per = n_chunks / gridDim.x;
+    for (int s = 0; s < NST; s++) mbar_init(smem_u32(&full[s]), 1);
+    fence_mbarrier_init();
+    auto chunk = [&](size_t c) { return rr ? blockIdx.x + c * gridDim.x : blockIdx.x * per + c; };
+    for (int s = 0; s < NST && s < (int)per; s++) {
+        mbar_expect_tx(smem_u32(&full[s]), CHUNK);
+        bulk_load(smem_u32(sm + s * CHUNK), x + chunk(s) * CHUNK, CHUNK, smem_u32(&full[s]));
+    }
+    unsigned acc = 0;
+    for (size_t c = 0; c < per; c++) {
+        const int s = (int)(c % NST);
+        mbar_wait(smem_u32(&full[s]), (int)((c / NST) & 1));
+        acc ^= *(volatile unsigned *)(sm + s * CHUNK);
+        if (c + NST < per) {
+            mbar_expect_tx(smem_u32(&full[s]), CHUNK);
+            bulk_load(smem_u32(sm + s * CHUNK), x + chunk(c + NST) * CHUNK, CHUNK, smem_u32(&full[s]));
+        }
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+// KV pattern: x is (rows, 8, 128) bf16; CTA (head blockIdx.y, row slice blockIdx.x); 16 lanes per
+// row (256 bytes), 8 lane groups per CTA of 128 threads, U rows per group in flight
+template <int U>
+__global__ void kv_ldg_kernel(const char *x, int rows, unsigned *sink) {
+    const int per = rows / gridDim.x, r0 = blockIdx.x * per, g = threadIdx.x / 16, l = threadIdx.x % 16;
+    const char *base = x + (size_t)blockIdx.y * 256 + l * 16;
+    unsigned acc = 0;
+    for (int r = r0 + g; r < r0 + per; r += 8 * U) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = r + 8 * u < r0 + per ? ldnc(base + (size_t)(r + 8 * u) * 2048) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+// the same pattern by 2-D TMA boxes {128 elements, BOX rows}
+template <int BOX, int NST>
+__global__ void kv_tma_kernel(const __grid_constant__ CUtensorMap map, int rows, unsigned *sink) {
+    extern __shared__ __align__(128) char sm[];
+    __shared__ __align__(8) uint64_t full[NST];
+    if (threadIdx.x != 0) return;
+    const int per = rows / gridDim.x / BOX, r0 = blockIdx.x * (rows / gridDim.x);
+    for (int s = 0; s < NST; s++) mbar_init(smem_u32(&full[s]), 1);
+    fence_mbarrier_init();
+    auto load = [&](int c, int s) {
+        mbar_expect_tx(smem_u32(&full[s]), BOX * 256);
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                         smem_u32(sm + s * BOX * 256)),
+                     "l"((uint64_t)&map), "r"((int)blockIdx.y * 128), "r"(r0 + c * BOX), "r"(smem_u32(&full[s]))
+                     : "memory");
+    };
+    for (int s = 0; s < NST && s < per; s++) load(s, s);
+    unsigned acc = 0;
+    for (int c = 0; c < per; c++) {
+        const int s = c % NST;
+        mbar_wait(smem_u32(&full[s]), (c / NST) & 1);
+        acc ^= *(volatile unsigned *)(sm + s * BOX * 256);
+        if (c + NST < per) load(c + NST, s);
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+// the KV pattern by cp.async 16 B (the decode kernel's load path, no math): CTA (head, row slice),
+// each warp a ring of NST stages of 16 rows x 256 bytes, a quarter of the slice per warp
+template <int NST>
+__global__ void kv_cpasync_kernel(const char *x, int rows, unsigned *sink) {
+    extern __shared__ __align__(128) char sm[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int per = rows / gridDim.x, per_w = per / 4, r0 = blockIdx.x * per + warp * per_w;
+    const int steps = per_w / 16;
+    const char *base = x + (size_t)blockIdx.y * 256 + lane % 16 * 16;
+    const uint32_t ring = smem_u32(sm) + warp * NST * 4096;
+    auto load = [&](int t) {
+        const uint32_t dst = ring + (t % NST) * 4096 + lane % 16 * 16;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int r = lane / 16 * 8 + k;
+            cp_async_16(dst + r * 256, base + (size_t)(r0 + t * 16 + r) * 2048, 16);
+        }
+    };
+    for (int t = 0; t < NST - 1; t++) {
+        if (t < steps) load(t);
+        cp_async_commit();
+    }
+    unsigned acc = 0;
+    for (int t = 0; t < steps; t++) {
+        if (t + NST - 1 < steps) load(t + NST - 1);
+        cp_async_commit();
+        cp_async_wait<NST - 1>();
+        __syncwarp();
+        acc ^= *(volatile unsigned *)(sm + warp * NST * 4096 + (t % NST) * 4096 + lane * 128);
+        __syncwarp();
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+// all 8 heads of a row slice per CTA (one CTA reads whole 2 KB rows) by 2-D TMA boxes {64
+// elements, BOX rows} with the 128-byte swizzle, 16 boxes per stage
+template <int BOX, int NST>
+__global__ void kvall_tma_kernel(const __grid_constant__ CUtensorMap map, int rows, unsigned *sink) {
+    extern __shared__ __align__(1024) char sm[];
+    __shared__ __align__(8) uint64_t full[NST];
+    if (threadIdx.x != 0) return;
+    const int per = rows / gridDim.x / BOX, r0 = blockIdx.x * (rows / gridDim.x);
+    for (int s = 0; s < NST; s++) mbar_init(smem_u32(&full[s]), 1);
+    fence_mbarrier_init();
+    auto load = [&](int c, int s) {
+        mbar_expect_tx(smem_u32(&full[s]), BOX * 2048);
+        for (int b = 0; b < 16; b++)
+            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                             smem_u32(sm + s * BOX * 2048 + b * BOX * 128)),
+                         "l"((uint64_t)&map), "r"(b * 64), "r"(r0 + c * BOX), "r"(smem_u32(&full[s]))
+                         : "memory");
+    };
+    for (int s = 0; s < NST && s < per; s++) load(s, s);
+    unsigned acc = 0;
+    for (int c = 0; c < per; c++) {
+        const int s = c % NST;
+        mbar_wait(smem_u32(&full[s]), (c / NST) & 1);
+        acc ^= *(volatile unsigned *)(sm + s * BOX * 2048);
+        if (c + NST < per) load(c + NST, s);
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+// the decode kernel's grid and loads without its math: K and (if v) V of (B, S, 8, 128), CTA (split
+// blockIdx.x, head blockIdx.y, sequence blockIdx.z), each warp a quarter of the split's rows
+template <int NST>
+__global__ void kv_dec_kernel(const char *k, const char *v, int S, unsigned *sink) {
+    extern __shared__ __align__(128) char sm[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int per = S / gridDim.x, per_w = per / 4;
+    const size_t r0 = (size_t)blockIdx.z * S + blockIdx.x * per + warp * per_w;
+    const int steps = per_w / 16;
+    const size_t off = (size_t)blockIdx.y * 256 + lane % 16 * 16;
+    const uint32_t ring = smem_u32(sm) + warp * NST * 8192;
+    auto load = [&](int t) {
+        const uint32_t dst = ring + (t % NST) * 8192 + lane % 16 * 16;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const int r = lane / 16 * 8 + kk;
+            cp_async_16(dst + r * 256, k + off + (r0 + t * 16 + r) * 2048, 16);
+            if (v) cp_async_16(dst + 4096 + r * 256, v + off + (r0 + t * 16 + r) * 2048, 16);
+        }
+    };
+    for (int t = 0; t < NST - 1; t++) {
+        if (t < steps) load(t);
+        cp_async_commit();
+    }
+    unsigned acc = 0;
+    for (int t = 0; t < steps; t++) {
+        if (t + NST - 1 < steps) load(t + NST - 1);
+        cp_async_commit();
+        cp_async_wait<NST - 1>();
+        __syncwarp();
+        acc ^= *(volatile unsigned *)(sm + warp * NST * 8192 + (t % NST) * 8192 + lane * 128);
+        __syncwarp();
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+template <typename F>
+static double gbps(size_t bytes, F launch) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    launch();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < 15; i++) {
+        CK(cudaEventRecord(a));
+        launch();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    std::sort(t.begin(), t.end());
+    return bytes / (t[t.size() / 2] * 1e-3) / 1e9;
+}
+
+int main() {
+    const size_t bytes = (size_t)4 << 30;
+    char *x;
+    unsigned *sink;
+    CK(cudaMalloc(&x, bytes));
+    CK(cudaMalloc(&sink, 4));
+    CK(cudaMemset(x, 1, bytes));
+    int sms;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    printf("4 GiB read once, GB/s (median of 15); %d SMs\n", sms);
+    const size_t n4 = bytes / 16;
+    for (int ctas_per_sm : {2, 4, 8})
+        for (int thr : {256, 512}) {
+            printf("ldg     U4  %d CTA/SM x %d thr: %.0f\n", ctas_per_sm, thr,
+                   gbps(bytes, [&] { ldg_kernel<4><<<sms * ctas_per_sm, thr>>>((const uint4 *)x, n4, sink); }));
+            printf("ldg     U8  %d CTA/SM x %d thr: %.0f\n", ctas_per_sm, thr,
+                   gbps(bytes, [&] { ldg_kernel<8><<<sms * ctas_per_sm, thr>>>((const uint4 *)x, n4, sink); }));
+        }
+#define BULK(CH, NS)                                                                                           \
+    for (int rr = 0; rr <= 1; rr++)                                                                            \
+        for (int k : {1, 2, 4}) {                                                                              \
+            const int smem = (CH) * (NS);                                                                      \
+            if (smem * k > 220 * 1024) continue;                                                               \
+            CK(cudaFuncSetAttribute(bulk_kernel<CH, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)); \
+            printf("bulk%s chunk %5d x %d stages, %d CTA/SM: %.0f\n", rr ? "rr" : "  ", CH, NS, k,           \
+                   gbps(bytes, [&] { bulk_kernel<CH, NS><<<sms * k, 32, smem>>>(x, bytes, rr, sink); }));     \
+        }
+    BULK(4096, 8)
+    BULK(8192, 4)
+    BULK(8192, 8)
+    BULK(16384, 4)
+    BULK(32768, 3)
+    // KV pattern: rows of 2048 bytes, 8 heads
+    const int rows = (int)(bytes / 2048);
+    for (int ctas : {sms * 2, sms * 4, sms * 8})
+        if (ctas % 8 == 0) {
+            dim3 g(ctas / 8, 8);
+            printf("kv_ldg  U4 %5d CTAs: %.0f\n", ctas, gbps(bytes, [&] { kv_ldg_kernel<4><<<g, 128>>>(x, rows, sink); }));
+            printf("kv_ldg  U8 %5d CTAs: %.0f\n", ctas, gbps(bytes, [&] { kv_ldg_kernel<8><<<g, 128>>>(x, rows, sink); }));
+        }
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    CUtensorMap map;
+    const cuuint64_t dim[2] = {1024, (cuuint64_t)rows}, st[1] = {2048};
+    const cuuint32_t estr[2] = {1, 1};
+#define KVTMA(BOX, NS)                                                                                              \
+    {                                                                                                               \
+        const cuuint32_t box[2] = {128, BOX};                                                                       \
+        if (((PFN_cuTensorMapEncodeTiled_v12000)fn)(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, x, dim, st, box, estr,  \
+                                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,      \
+                                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,                             \
+                                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {           \
+            printf("encode failed\n");                                                                              \
+            return 1;                                                                                               \
+        }                                                                                                           \
+        const int smem = (BOX) * 256 * (NS);                                                                        \
+        CK(cudaFuncSetAttribute(kv_tma_kernel<BOX, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+        for (int ctas : {sms * 2, sms * 4, sms * 8}) {                                                              \
+            if (ctas % 8 || smem * (ctas / sms) > 220 * 1024) continue;                                             \
+            dim3 g(ctas / 8, 8);                                                                                    \
+            printf("kv_tma box %3d rows x %d stages %5d CTAs: %.0f\n", BOX, NS, ctas,                              \
+                   gbps(bytes, [&] { kv_tma_kernel<BOX, NS><<<g, 32, smem>>>(map, rows, sink); }));                \
+        }                                                                                                           \
+    }
+    {
+        // B = 16, S = 16384 / 65536 (K and V 1 / 4 GiB... here both halves of the 4 GiB buffer), splits
+        for (int S : {16384, 65536})
+            for (int two : {0, 1})
+                for (int ns : {1, 2, 4, 8}) {
+                    const int B = (int)(bytes / 2 / 2048 / S) < 16 ? (int)(bytes / 2 / 2048 / S) : 16;
+                    const size_t kvb = (size_t)B * S * 2048 * (two ? 2 : 1);
+                    const int smem = 3 * 4 * 8192;
+                    CK(cudaFuncSetAttribute(kv_dec_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                    dim3 g(ns, 8, B);
+                    printf("kv_dec %s B %2d S %5d splits %d (%4d CTAs): %.0f\n", two ? "K+V" : "K  ", B, S, ns, ns * 8 * B,
+                           gbps(kvb, [&] { kv_dec_kernel<3><<<g, 128, smem>>>(x, two ? x + bytes / 2 : NULL, S, sink); }));
+                }
+    }
+    return 0;
+    for (int nst : {2, 3, 4})
+        for (int ctas : {sms * 1, sms * 2, sms * 3, sms * 4}) {
+            const int smem = nst * 4 * 4096;
+            if (ctas % 8 || smem * (ctas / sms) > 220 * 1024) continue;
+            dim3 g(ctas / 8, 8);
+            auto fn = nst == 2 ? kv_cpasync_kernel<2> : nst == 3 ? kv_cpasync_kernel<3> : kv_cpasync_kernel<4>;
+            CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            printf("kv_cpasync %d stages/warp %5d CTAs: %.0f\n", nst, ctas, gbps(bytes, [&] { fn<<<g, 128, smem>>>(x, rows, sink); }));
+        }
+    {
+        CUtensorMap m2;
+        const cuuint32_t box[2] = {64, 16};
+        if (((PFN_cuTensorMapEncodeTiled_v12000)fn)(&m2, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, x, dim, st, box, estr,
+                                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+            printf("encode failed\n");
+            return 1;
+        }
+        for (int nst : {2, 3, 4})
+            for (int k : {1, 2}) {
+                const int smem = nst * 16 * 2048 + 1024;
+                if (smem * k > 220 * 1024) continue;
+                auto f2 = nst == 2 ? kvall_tma_kernel<16, 2> : nst == 3 ? kvall_tma_kernel<16, 3> : kvall_tma_kernel<16, 4>;
+                CK(cudaFuncSetAttribute(f2, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                printf("kvall_tma 16 rows x 2 KB x %d stages, %d CTA/SM: %.0f\n", nst, k,
+                       gbps(bytes, [&] { f2<<<sms * k, 32, smem>>>(m2, rows, sink); }));
+            }
+    }
+    KVTMA(16, 8)
+    KVTMA(32, 4)
+    KVTMA(64, 4)
+    KVTMA(128, 3)
+    KVTMA(256, 2)
+    return 0;
+}
