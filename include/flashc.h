@@ -239,7 +239,9 @@ FLASHC_API flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d,
  * result, not a fault. Everything else (shapes, strides, seqlen_new, rotary sizes that do not
  * depend on c) is checked on every backend. The CUDA path makes no host-device synchronisation
  * (it can be captured in a CUDA graph) once the workspace is given or the ctx's own has grown to
- * the size the call needs. */
+ * the size the call needs. Split-KV counts finished splits on int counters that every call leaves
+ * zero: with the ctx's own workspace they live in the ctx (zeroed once, no memset per call), with a
+ * caller's workspace in it (zeroed by each call). */
 typedef struct flashc_kvcache_desc {
     const int32_t *cache_seqlens;   /* int32 (batch): tokens in the cache before the append; NULL => seqlen_k */
     const int32_t *cache_batch_idx; /* int32 (batch): cache row of sequence b; NULL => b (not with paging).

@@ -55,7 +55,9 @@ typedef struct flashc_decode_params {
     int rows;                        // group * Sq packed rows per kv head
     int row_chunks;                  // ceil(rows / ROWS)
     int n_splits;                    // 1: write o / lse directly; > 1: partials, merged by the last split
-    int *counters;                   // n_splits > 1: (B, H_kv, row_chunks) splits finished, zero at launch
+    int *counters;                   // n_splits > 1: (B, H_kv, row_chunks) splits finished, zero at launch;
+                                     // the last split of each resets its counter (they end zero)
+    int zero_counters;               // the append kernel zeroes them first (else they are zero already)
     int Sk;                          // capacity: c_b when cache_seqlens is NULL
     int seqlen_new;
     const int32_t *cache_seqlens;    // device (B), may be NULL; clamped into [0, Sk - seqlen_new]
@@ -246,7 +248,7 @@ static __device__ __forceinline__ void cta_keys(const flashc_decode_params &p, i
 // memset).
 template <typename T>
 __global__ void flashc_decode_append_kernel(const flashc_decode_params p) {
-    const int64_t n_cnt = p.n_splits > 1 ? (int64_t)p.B * p.H_kv * p.row_chunks : 0;
+    const int64_t n_cnt = p.n_splits > 1 && p.zero_counters ? (int64_t)p.B * p.H_kv * p.row_chunks : 0;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n_cnt; t += (int64_t)gridDim.x * blockDim.x)
         p.counters[t] = 0;
     const int64_t n = (int64_t)p.B * p.seqlen_new * p.H_kv * p.D;
@@ -513,8 +515,11 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
         __shared__ int s_last;
         __threadfence(); // my partials reach L2 before my count does
         __syncthreads();
-        if (threadIdx.x == 0)
-            s_last = atomicAdd(p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk, 1) == p.n_splits - 1;
+        if (threadIdx.x == 0) {
+            int *cnt = p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk;
+            s_last = atomicAdd(cnt, 1) == p.n_splits - 1;
+            if (s_last) *cnt = 0; // every split has counted: zero for the next call (flashc__cuda_kvcache)
+        }
         __syncthreads();
         if (!s_last) return;
         __threadfence(); // the other splits' partials are read after their counts
@@ -1202,6 +1207,8 @@ size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_arg
     return p->Sq > 0 ? ws_bytes(p, plan_splits(p, a, sm_count)) : 0;
 }
 
+size_t flashc__cuda_kvcache_counters(const flashc_problem *p) { return n_counters(p); }
+
 static void fast_div_init(uint32_t d, uint32_t *magic, uint32_t *shift) {
     uint32_t s = 0;
     while ((1ull << s) < d) s++;
@@ -1209,7 +1216,8 @@ static void fast_div_init(uint32_t d, uint32_t *magic, uint32_t *shift) {
     *shift = s;
 }
 
-cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
+cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
+                                 int *zeroed_counters) {
     cudaStream_t stream = (cudaStream_t)a->stream;
     flashc_decode_params P;
     memset(&P, 0, sizeof P);
@@ -1254,7 +1262,9 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     if (P.n_splits > 1) {
         P.part_o = (float *)a->ws;
         P.part_lse = (float *)((char *)a->ws + ws_o_bytes(p, P.n_splits));
-        P.counters = (int *)((char *)a->ws + ws_o_bytes(p, P.n_splits) + ws_lse_bytes(p, P.n_splits));
+        P.counters = zeroed_counters;
+        P.zero_counters = !zeroed_counters;
+        if (!P.counters) P.counters = (int *)((char *)a->ws + ws_o_bytes(p, P.n_splits) + ws_lse_bytes(p, P.n_splits));
     }
 
     // 1. the append, before the attention reads the cache (same stream)
@@ -1265,7 +1275,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
         else flashc_decode_append_kernel<__half><<<blocks, 256, 0, stream>>>(P);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-    } else if (P.n_splits > 1) {
+    } else if (P.n_splits > 1 && P.zero_counters) {
         cudaError_t e = cudaMemsetAsync(P.counters, 0, n_counters(p) * sizeof(int), stream);
         if (e != cudaSuccess) return e;
     }

@@ -12,8 +12,13 @@
 FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count);
 
 // Append k_new / v_new (rotated) at c_b, then attention of q (rotated) over the first c_b +
-// seqlen_new keys, split-KV into a->ws and merged when the split count is > 1.
-FLASHC_INTERNAL cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count);
+// seqlen_new keys, split-KV into a->ws and merged when the split count is > 1. The splits count
+// themselves in on int counters that each call leaves zero: zeroed_counters, when given, is such a
+// buffer of flashc__cuda_kvcache_counters(p) ints, zero now (the ctx keeps one: no memset per
+// call); NULL takes them from a->ws and zeroes them first.
+FLASHC_INTERNAL cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
+                                                 int *zeroed_counters);
+FLASHC_INTERNAL size_t flashc__cuda_kvcache_counters(const flashc_problem *p);
 
 // flashc_merge on device tensors.
 FLASHC_INTERNAL cudaError_t flashc__cuda_merge(const flashc_merge_problem *m, const flashc_merge_args *a);
