@@ -219,6 +219,51 @@ __global__ void kv_dec_kernel(const char *k, const char *v, int S, unsigned *sin
     if (acc == 0x12345678u) *sink = acc;
 }
 
+// variants of kv_dec: WPH = 0: CTA (split, head, sequence), its 4 warps a quarter of the rows each,
+// with `drift` > 0 each warp spins up to drift clocks per step (the math's jitter); WPH = 1: CTA
+// (split, sequence) of 8 warps, warp w reading head w of all the split's rows (one CTA reads whole
+// 2 KB rows)
+template <int NST, int WPH>
+__global__ void kv_dec2_kernel(const char *k, const char *v, int S, int drift, unsigned *sink) {
+    extern __shared__ __align__(128) char sm[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int per = S / gridDim.x, per_w = WPH ? per : per / 4;
+    const int head = WPH ? warp : blockIdx.y, seq = WPH ? blockIdx.y : blockIdx.z;
+    const size_t r0 = (size_t)seq * S + blockIdx.x * per + (WPH ? 0 : warp * per_w);
+    const int steps = per_w / 16;
+    const size_t off = (size_t)head * 256 + lane % 16 * 16;
+    const uint32_t ring = smem_u32(sm) + warp * NST * 8192;
+    auto load = [&](int t) {
+        const uint32_t dst = ring + (t % NST) * 8192 + lane % 16 * 16;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const int r = lane / 16 * 8 + kk;
+            cp_async_16(dst + r * 256, k + off + (r0 + t * 16 + r) * 2048, 16);
+            cp_async_16(dst + 4096 + r * 256, v + off + (r0 + t * 16 + r) * 2048, 16);
+        }
+    };
+    for (int t = 0; t < NST - 1; t++) {
+        if (t < steps) load(t);
+        cp_async_commit();
+    }
+    unsigned acc = 0, h = blockIdx.x * 7919u + blockIdx.y * 104729u + blockIdx.z * 1299709u + warp * 15485863u;
+    for (int t = 0; t < steps; t++) {
+        if (t + NST - 1 < steps) load(t + NST - 1);
+        cp_async_commit();
+        cp_async_wait<NST - 1>();
+        __syncwarp();
+        acc ^= *(volatile unsigned *)(sm + warp * NST * 8192 + (t % NST) * 8192 + lane * 128);
+        if (drift) {
+            h = h * 1664525u + 1013904223u;
+            const long long t0 = clock64(), d = (h >> 8) % drift;
+            while (clock64() - t0 < d) {
+            }
+        }
+        __syncwarp();
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
 template <typename F>
 static double gbps(size_t bytes, F launch) {
     cudaEvent_t a, b;
@@ -305,6 +350,27 @@ int main() {
             printf("kv_tma box %3d rows x %d stages %5d CTAs: %.0f\n", BOX, NS, ctas,                              \
                    gbps(bytes, [&] { kv_tma_kernel<BOX, NS><<<g, 32, smem>>>(map, rows, sink); }));                \
         }                                                                                                           \
+    }
+    {
+        // the decode grid at B = 16: per-head CTAs with drift, and whole-row CTAs
+        const int S = 16384, B = 16;
+        const size_t kvb = (size_t)B * S * 2048 * 2;
+        for (int drift : {0, 600, 1200, 2400})
+            for (int ns : {1, 2, 4}) {
+                const int smem = 3 * 4 * 8192;
+                CK(cudaFuncSetAttribute(kv_dec2_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                dim3 g(ns, 8, B);
+                printf("kv_dec per-head CTAs, drift %4d, B %d S %d splits %d (%4d CTAs): %.0f\n", drift, B, S, ns, ns * 8 * B,
+                       gbps(kvb, [&] { kv_dec2_kernel<3, 0><<<g, 128, smem>>>(x, x + bytes / 2, S, drift, sink); }));
+            }
+        for (int drift : {0, 600, 1200})
+            for (int ns : {8, 16}) {
+                const int smem = 3 * 8 * 8192;
+                CK(cudaFuncSetAttribute(kv_dec2_kernel<3, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                dim3 g(ns, B);
+                printf("kv_dec whole-row CTAs (8 warps), drift %4d, B %d S %d splits %d (%4d CTAs): %.0f\n", drift, B, S, ns,
+                       ns * B, gbps(kvb, [&] { kv_dec2_kernel<3, 1><<<g, 256, smem>>>(x, x + bytes / 2, S, drift, sink); }));
+            }
     }
     {
         // B = 16, S = 16384 / 65536 (K and V 1 / 4 GiB... here both halves of the 4 GiB buffer), splits

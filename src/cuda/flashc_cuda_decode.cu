@@ -769,10 +769,11 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 
 template <int DP>
 struct dec_mma_shape {
-    static constexpr int LD = DP + 8;             // smem row stride in elements: rows 4 banks apart (ldmatrix)
+    static constexpr int LD = DP + 8;             // sQ row stride in elements: rows 4 banks apart (ldmatrix)
+    static constexpr int KLD = DP;                // K / V rows unpadded, 16-byte chunk c of row r at c ^ (r & 7)
     static constexpr int CPR = DP / 8;            // 16-byte chunks per key row
     static constexpr int KPL = 16 * CPR / 32;     // key rows a lane copies per step (each its chunk lane % CPR)
-    static constexpr int STAGE = 2 * 16 * LD;     // K_j then V_j of one warp step, elements
+    static constexpr int STAGE = 2 * 16 * KLD;    // K_j then V_j of one warp step, elements
     static constexpr size_t SMEM = (size_t)DEC_WARPS * DEC_MMA_STAGES * STAGE * 2; // dynamic, bytes
     static_assert((size_t)DEC_WARPS * DEC_MMA_ROWS * DP * 4 <= SMEM, "sO reuses the rings");
 };
@@ -787,11 +788,12 @@ static __device__ __forceinline__ void mma_load_step(const flashc_decode_params 
     int64_t ko[S::KPL], vo[S::KPL];
     const int row0 = lane / S::CPR * S::KPL;
     key_offsets<S::KPL>(p, bt_b, unit_b, j0 + row0, ke, ko, vo);
-    const uint32_t dst = stage + (uint32_t)(row0 * S::LD + lane % S::CPR * 8) * 2u;
 #pragma unroll
     for (int k = 0; k < S::KPL; k++) {
-        cp_async_16(dst + k * S::LD * 2, kg + ko[k], 16);
-        cp_async_16(dst + (16 + k) * S::LD * 2, vg + vo[k], 16);
+        const int r = row0 + k;
+        const uint32_t dst = stage + (uint32_t)(r * S::KLD + ((lane % S::CPR) ^ (r & 7)) * 8) * 2u;
+        cp_async_16(dst, kg + ko[k], 16);
+        cp_async_16(dst + 16 * S::KLD * 2, vg + vo[k], 16);
     }
 }
 
@@ -892,14 +894,15 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
         cp_async_commit();
         cp_async_wait<NST - 1>();
         __syncwarp(); // every lane's copies of step t are visible to the warp
-        const uint32_t sK = ring + t % NST * S::STAGE * 2, sV = sK + 16 * LD * 2;
+        const uint32_t sK = ring + t % NST * S::STAGE * 2, sV = sK + 16 * S::KLD * 2;
+        const int sw = lane % 8; // the rows an ldmatrix lane addresses have r & 7 = lane % 8
 
         // S_ij = Q_i K_j^T (line 8): keys 0-7 in s[0], 8-15 in s[1]
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int kk = 0; kk < DP / 16; kk++) {
             uint32_t kf[4];
-            ldmatrix_x4(kf, sK + (uint32_t)((lane / 16 * 8 + lane % 8) * LD + kk * 16 + lane / 8 % 2 * 8) * 2u);
+            ldmatrix_x4(kf, sK + (uint32_t)((lane / 16 * 8 + lane % 8) * S::KLD + ((kk * 2 + lane / 8 % 2) ^ sw) * 8) * 2u);
             mma_m16n8k16<T>(s[0], qa[kk], kf);
             mma_m16n8k16<T>(s[1], qa[kk], kf + 2);
         }
@@ -948,7 +951,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
 #pragma unroll
         for (int nd = 0; nd < DP / 16; nd++) {
             uint32_t vf[4];
-            ldmatrix_x4_trans(vf, sV + (uint32_t)((lane / 8 % 2 * 8 + lane % 8) * LD + nd * 16 + lane / 16 * 8) * 2u);
+            ldmatrix_x4_trans(vf, sV + (uint32_t)((lane / 8 % 2 * 8 + lane % 8) * S::KLD + ((nd * 2 + lane / 16) ^ sw) * 8) * 2u);
             mma_m16n8k16<T>(acc[2 * nd], pa, vf);
             mma_m16n8k16<T>(acc[2 * nd + 1], pa, vf + 2);
         }
@@ -1089,6 +1092,8 @@ static int pick_pipe(const flashc_problem *p, int sm_count) {
 //                            4117 / 4093 / 4099 / 4343 / 4550
 //   B 64 kv 16k / 64k:       4134 / 4042 / 4116 / 4107 / 4455  4153 / 4100 / 4110 / 4157 / 4464
 //   B 16 kv 16k seqlen_q 4:  3788 / 3748 / 3930 / 608 / 1397
+//   4 stages, K / V rows padded (stride D + 8) / unpadded with the chunks swizzled: B 1 kv 16k 2262 /
+//   2436, 64k 3384 / 3601; B 16 kv 16k seqlen_q 4 3946 / 4164 (cp.async into 128-byte aligned rows)
 // So 4 stages (one CTA per SM), and the CUDA-core kernel where a kv group's rows fit its 4-row tile
 // and the batch fills the GPU (B * H_kv >= 64): there it streams 4-6% faster (why, is open: the
 // tensor-core kernel with its math removed reads no faster, while dev/cuda/readbw.cu's copy of its
