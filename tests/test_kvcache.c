@@ -506,8 +506,7 @@ static void kv_sweep(flashc_ctx *ctx, const char *bname) {
                 c.causal = 1, c.rot = 1, c.page = pg ? 16 : 0;
                 run_kv(ctx, bname, &c, seed++);
             }
-    // a batch that fills the GPU (B * H_kv >= 64: the CUDA backend's CUDA-core kernel at seqlen_q 1,
-    // its tensor-core kernel at seqlen_q 4)
+    // a batch that fills the GPU (the CUDA backend's plan: one split or few)
     for (int sq = 1; sq <= 4; sq += 3)
         for (int pg = 0; pg <= 1; pg++) {
             c = kv_base();

@@ -330,13 +330,13 @@ static __device__ __forceinline__ void load_kv(const flashc_decode_params &p, co
     }
 }
 
-// Fast paths (PIPE >= 1; 16-byte aligned K / V, strides < 2^31): element offsets of the K and V
-// rows (head 0) of keys j0 .. j0 + KPG - 1, each clamped to ke - 1 so that every address is a real
-// cache row (its scores are masked to -inf, so it contributes P = 0); 32x32->64 multiplies, no
-// branch but the paged one. Paged, the KPG keys of a key group share one block-table entry
-// whenever they share a page (page_size >= KPG with the group's keys aligned: every group of every
-// step at page 16), so the lookup, its clamp and the page's multiplies run once per group and step
-// instead of once per key (paged-16 ran at 0.88-0.94 of contiguous with a lookup per key).
+// The tensor-core kernel's loads (16-byte aligned K / V, strides < 2^31): element offsets of the K
+// and V rows (head 0) of keys j0 .. j0 + KPG - 1, each clamped to ke - 1 so that every address is a
+// real cache row (its scores are masked to -inf, so it contributes P = 0); 32x32->64 multiplies, no
+// branch but the paged one. Paged, the KPG keys share one block-table entry whenever they share a
+// page (page_size >= KPG with the keys aligned: every lane of every step at page 16), so the
+// lookup, its clamp and the page's multiplies run once per lane and step instead of once per key
+// (paged-16 ran at 0.88-0.94 of contiguous with a lookup per key, in the CUDA-core kernel).
 static __device__ __forceinline__ uint32_t page_of(const flashc_decode_params &p, int j) {
     return (__umulhi((uint32_t)j, p.page_magic) + (uint32_t)j) >> p.page_shift;
 }
@@ -373,21 +373,6 @@ static __device__ __forceinline__ void key_offsets(const flashc_decode_params &p
         ko[k] = kb + (int64_t)row * p.k_rs32;
         vo[k] = vb + (int64_t)row * p.v_rs32;
     }
-}
-
-template <int KPG, int NV, int TPK>
-static __device__ __forceinline__ void load_kv_fast(const flashc_decode_params &p, const uint16_t *const (&kl)[NV],
-                                                    const uint16_t *const (&vl)[NV], const int32_t *bt_b, int unit_b,
-                                                    int j0, int ke, uint4 (&kr)[KPG][NV], uint4 (&vr)[KPG][NV]) {
-    int64_t ko[KPG], vo[KPG];
-    key_offsets<KPG>(p, bt_b, unit_b, j0, ke, ko, vo);
-#pragma unroll
-    for (int k = 0; k < KPG; k++)
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-            kr[k][v] = ld_stream_v4(kl[v] + ko[k]);
-            vr[k][v] = ld_stream_v4(vl[v] + vo[k]);
-        }
 }
 
 // The split-KV merge inside the attention kernel, run by the last split of a (b, kv head, row
@@ -437,10 +422,10 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
     }
     __syncthreads();
     // out: 4 dims per thread, U splits' loads issued before any is used (latency: L2 round trips).
-    // The CUDA-core kernel takes 8, not 16: 16 raised it to 168 registers (ptxas, sm_90; pipes 1 and
-    // 3 use ~128 without it), 3 CTAs per SM instead of 4: batch 64, kv 4k / 16k (pipe 1) ran at 3061
-    // / 3325 GB/s instead of 3985 / 4126 (H200, 2026-11-29). The tensor-core kernel's occupancy is
-    // set by its shared memory, so it takes 16.
+    // The CUDA-core kernel takes 8, not 16: 16 raised its register-pipelined version to 168
+    // registers (~128 without), 3 CTAs per SM instead of 4, and batch 64 kv 4k / 16k from 3985 /
+    // 4126 to 3061 / 3325 GB/s (H200, 2026-11-29). The tensor-core kernel's occupancy is set by its
+    // shared memory, so it takes 16.
     const int n_rows = min(ROWS, p.rows - r0);
     for (int idx = threadIdx.x; idx < n_rows * DP / 4; idx += DEC_THREADS) {
         const int r = idx * 4 / DP, d0 = idx * 4 % DP, rg = r0 + r;
@@ -527,25 +512,11 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
     }
 }
 
-// How K_j and V_j reach the registers (one kernel per choice; the math is the same):
-//   PIPE 0  general: any alignment and stride (8 two-byte loads when not 16-byte aligned), int64
-//           offsets, keys past ke zero-filled; the path for unaligned or huge-stride caches
-//   PIPE 1  fast loads into registers at the top of each step
-//   PIPE 2  fast loads one step ahead (register double buffer)
-// (A PIPE 3, a 4-stage cp.async ring in shared memory 3 steps ahead, was dropped: 64 KB of shared
-// memory per CTA, so 3 CTAs per SM, and with the fused merge it ran batch 64 kv 64k at 3300 GB/s
-// (2 splits) in the H200 run where pipe 1 ran kv 4k / 16k at 3985 / 4126; an earlier run had
-// pipe 1 at 4251 on that shape.) Two rings of Hopper bulk copies were tried in a lab build
-// (H200, 2026-11-29, bf16 GQA 32/8 d128, tests passed with each forced): cp.async.bulk per key row
-// (256 bytes, 64 copies per 32-key tile) ran batch 64 kv 64k at 2740 GB/s (6274 us against pipe
-// 1's 4032; presumably the copy engine's cost per request); a 2-stage ring of 2D tensor-map TMA
-// boxes (one 8 KB box per tensor and tile, __syncthreads before a stage is refilled; racecheck
-// clean) ran batch 64 kv 16k / 64k at 1029 / 4065 us against pipe 1's 1046 / 4141 in the same
-// run, and lost at batch 16 (kv 16k 272 against 258) and batch 1. Neither closes the gap to
-// SDPA CUDNN (965 / 3841 us there), and a head-major cache (B, H_kv, Sk, D) shows the same gap
-// (batch 16 kv 16k: 4228 against CUDNN's 4512 GB/s): the load path and the layout are not it.
-
-template <typename T, int DP, int ROWS, int PIPE>
+// The CUDA-core kernel: any alignment and stride (8 two-byte loads when not 16-byte aligned), int64
+// offsets, keys past ke zero-filled; it runs unaligned or huge-stride caches and head_dim 256. (Its
+// register-pipelined fast paths for aligned caches, and the load paths tried for them, are in the
+// history before the tensor-core kernel: NOTES.md, sixth session.)
+template <typename T, int DP, int ROWS>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid_constant__ flashc_decode_params p) {
     typedef dec_shape<T, DP, ROWS> S;
     constexpr int TPK = S::TPK, NV = S::NV, E = S::E, GPW = S::GPW, NG = S::NG, KPG = S::KPG, N = S::N, C = S::C,
@@ -612,33 +583,11 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     const uint16_t *vbase = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + lg * 8;
 
     // --- for each tile of TILE keys (line 7); my group's keys are j0 .. j0 + KPG - 1
-    // fast paths: my lane's slice of a row; a lane past the head dim (D < DP) reads dims 0..7 of the
-    // same row instead (valid memory; its Q_i is 0 and its O_i never stored)
-    const uint16_t *kl[NV], *vl[NV];
-#pragma unroll
-    for (int v = 0; v < NV; v++) {
-        const int d0 = (v * TPK + lg) * 8 < p.D ? (v * TPK + lg) * 8 : 0;
-        kl[v] = (const uint16_t *)p.k + (int64_t)hk * p.k_hs + d0;
-        vl[v] = (const uint16_t *)p.v + (int64_t)hk * p.v_hs + d0;
-    }
-    const int unit32 = (int)unit_b;
     const int n_tiles = (ke - kb + TILE - 1) / TILE;
-    uint4 kn[KPG][NV], vn[KPG][NV]; // PIPE 2: the next step's
-    if (PIPE == 2 && n_tiles > 0) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, kb + grp * KPG, ke, kn, vn);
     for (int t = 0; t < n_tiles; t++) {
         const int j0 = kb + t * TILE + grp * KPG;
         uint4 kr[KPG][NV], vr[KPG][NV];
-        if (PIPE == 0) {
-            load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
-        } else if (PIPE == 1) {
-            load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0, ke, kr, vr);
-        } else {
-#pragma unroll
-            for (int k = 0; k < KPG; k++)
-#pragma unroll
-                for (int v = 0; v < NV; v++) kr[k][v] = kn[k][v], vr[k][v] = vn[k][v];
-            if (t + 1 < n_tiles) load_kv_fast<KPG, NV, TPK>(p, kl, vl, bt_b, unit32, j0 + TILE, ke, kn, vn);
-        }
+        load_kv<KPG, NV, TPK>(p, kbase, vbase, bt_b, unit_b, j0, ke, lg, kr, vr);
 
         // S_ij = Q_i K_j^T (line 8): my lanes' partial sums, s[r * KPG + k]
         float s[N];
@@ -1067,54 +1016,31 @@ typedef struct dec_kernel {
     size_t smem;
 } dec_kernel;
 
-// The pipe of the CUDA-core 4-row kernels of head_dim <= 128 on a fast-path cache, by shape. H200,
-// 2026-11-29, bf16 GQA 32/8 d128 seqlen_q 1, GB/s of K+V read, pipe 1 / 2 (copy: 4240; the
-// split-KV merge then still a separate kernel):
-//   B 1:  kv 4k 582 / 703,     16k 1538 / 1682,  64k 2809 / 3091
-//   B 16: kv 4k 3354 / 3559,   16k 3965 / 4265,  64k 4179 / 4478
-//   B 64: kv 4k 4042 / 3773,   16k 4198 / 4107,  64k 4251 / 4203
-// (pipe 0, the general path, 2199-3012 at kv 64k.) Pipe 2 (one step ahead in registers, 168
-// registers: 3 CTAs per SM) wherever the grid needs splitting; pipe 1 (126 registers: 4 CTAs per
-// SM, so batch 64 x 8 kv heads fits one wave of 528 without splits) with >= 2 CTAs per SM unsplit.
-// With the merge fused, the same run gave pipe 1 at batch 64 kv 4k / 16k 3985 / 4126.
-static int pick_pipe(const flashc_problem *p, int sm_count) {
-    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1), R = rows_per_cta(p);
-    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + R - 1) / R);
-    return items < 2LL * sm_count ? 2 : 1;
-}
-
-// Which kernel on a fast-path cache at head_dim <= 128. H200, 2026-12-01, bf16 GQA 32/8 d128, GB/s
-// of K + V read, one process (dev/cuda/ab_decode.py; bench/results/h200-2026-12-01-s6-decode-ab.txt):
-// tensor-core kernel with 3 / 2 / 4 stages per warp, CUDA-core kernel, SDPA CUDNN:
+// The tensor-core kernel on a fast-path cache at head_dim <= 128, else the CUDA-core kernel. H200,
+// 2026-12-01, bf16 GQA 32/8 d128, GB/s of K + V read, one process each line (dev/cuda/ab_decode.py;
+// bench/results/h200-2026-12-01-s6-decode-ab.txt):
+//   tensor-core kernel, 3 / 2 / 4 stages per warp (padded rows), CUDA-core kernel, SDPA CUDNN:
 //   B 1  kv 4k / 16k / 64k:  855 / 882 / 950 / 768 / 1136    2140 / 1925 / 2280 / 1910 / 2533
 //                            3300 / 3146 / 3381 / 3312 / 3796
 //   B 16 kv 4k / 16k / 64k:  3385 / 3364 / 3593 / 3517 / 4067  3927 / 3920 / 4006 / 4162 / 4466
 //                            4117 / 4093 / 4099 / 4343 / 4550
 //   B 64 kv 16k / 64k:       4134 / 4042 / 4116 / 4107 / 4455  4153 / 4100 / 4110 / 4157 / 4464
 //   B 16 kv 16k seqlen_q 4:  3788 / 3748 / 3930 / 608 / 1397
-//   4 stages, K / V rows padded (stride D + 8) / unpadded with the chunks swizzled: B 1 kv 16k 2262 /
-//   2436, 64k 3384 / 3601; B 16 kv 16k seqlen_q 4 3946 / 4164 (cp.async into 128-byte aligned rows)
-// So 4 stages (one CTA per SM), and the CUDA-core kernel where a kv group's rows fit its 4-row tile
-// and the batch fills the GPU (B * H_kv >= 64): there it streams 4-6% faster (why, is open: the
-// tensor-core kernel with its math removed reads no faster, while dev/cuda/readbw.cu's copy of its
-// grid and cp.async loads alone reads at 4400-4500).
+//   4 stages with padded / swizzled rows:  B 1 kv 16k 2262 / 2436, 64k 3384 / 3601; B 16 kv 16k
+//   seqlen_q 4 3946 / 4164
+//   swizzled, CUDA-core / tensor-core / CUDNN:  B 16 kv 4k 3556 / 3848 / 4080, 16k 4174 / 4253 /
+//   4436, 64k 4351 / 4369 / 4546; B 64 kv 4k 3942 / 4189 / 4328, 16k 4106 / 4442 / 4445, 64k
+//   4155 / 4505 / 4466
 template <typename T>
-static dec_kernel pick_kernel(const flashc_problem *p, int fast, int sm_count) {
+static dec_kernel pick_kernel(const flashc_problem *p, int fast) {
     const int Dp = pad_dim(p->D), rows = rows_per_cta(p);
-    const int group_rows = p->group * (p->Sq > 0 ? p->Sq : 1);
-    const int cuda_core = group_rows <= 4 && (int64_t)p->B * p->H_kv >= 64;
-    if (fast && Dp <= 128 && !cuda_core) {
+    if (fast && Dp <= 128) {
         if (Dp == 64) return {flashc_decode_mma_kernel<T, 64>, DEC_MMA_ROWS, dec_mma_shape<64>::SMEM};
         return {flashc_decode_mma_kernel<T, 128>, DEC_MMA_ROWS, dec_mma_shape<128>::SMEM};
     }
-    if (fast && rows == 4 && Dp <= 128) {
-        if (pick_pipe(p, sm_count) == 2)
-            return {Dp == 64 ? flashc_decode_kernel<T, 64, 4, 2> : flashc_decode_kernel<T, 128, 4, 2>, 4, 0};
-        return {Dp == 64 ? flashc_decode_kernel<T, 64, 4, 1> : flashc_decode_kernel<T, 128, 4, 1>, 4, 0};
-    }
-    if (Dp == 64) return {rows == 8 ? flashc_decode_kernel<T, 64, 8, 0> : flashc_decode_kernel<T, 64, 4, 0>, rows, 0};
-    if (Dp == 128) return {rows == 8 ? flashc_decode_kernel<T, 128, 8, 0> : flashc_decode_kernel<T, 128, 4, 0>, rows, 0};
-    return {flashc_decode_kernel<T, 256, 4, 0>, 4, 0};
+    if (Dp == 64) return {rows == 8 ? flashc_decode_kernel<T, 64, 8> : flashc_decode_kernel<T, 64, 4>, rows, 0};
+    if (Dp == 128) return {rows == 8 ? flashc_decode_kernel<T, 128, 8> : flashc_decode_kernel<T, 128, 4>, rows, 0};
+    return {flashc_decode_kernel<T, 256, 4>, 4, 0};
 }
 
 static int kv_vec_ok(const flashc_problem *p, const void *k, const void *v) {
@@ -1131,9 +1057,8 @@ static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
     return kv_vec_ok(p, k, v);
 }
 
-static dec_kernel decode_kernel(const flashc_problem *p, int fast, int sm_count) {
-    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(p, fast, sm_count)
-                                         : pick_kernel<__half>(p, fast, sm_count);
+static dec_kernel decode_kernel(const flashc_problem *p, int fast) {
+    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(p, fast) : pick_kernel<__half>(p, fast);
 }
 
 // Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
@@ -1141,8 +1066,8 @@ static dec_kernel decode_kernel(const flashc_problem *p, int fast, int sm_count)
 // waves / ceil(waves) over at most two waves, each split >= DEC_MIN_SPLIT_KEYS keys of the
 // capacity. FlashAttention-2's num_splits_heuristic takes 85% (fewer splits, less merging); with
 // the merge fused into the last split the fuller wave wins. H200, 2026-11-29, batch 1, bf16 GQA
-// 32/8 d128, pipe 2 (3 CTAs per SM: 396 slots, 8 CTAs per split), us by forced split count
-// (* = the 85% rule with a 256-key minimum):
+// 32/8 d128, the CUDA-core kernel then (3 CTAs per SM: 396 slots, 8 CTAs per split), us by forced
+// split count (* = the 85% rule with a 256-key minimum):
 //   kv 4k:   s12 22.8   s14* 22.0   s16 20.7   s24 20.7   s32 19.9   s48 21.1
 //   kv 16k:  s24 35.9   s32 32.1    s42* 33.2  s48 32.4   s64 45.1 (two waves)
 //   kv 64k:  s32 82.4   s42* 79.7   s48 76.1   s64 109.3 (two waves)
@@ -1153,10 +1078,12 @@ static dec_kernel decode_kernel(const flashc_problem *p, int fast, int sm_count)
 // out plans of many exact waves (batch 16: 99 splits fill 32 waves exactly), which only add
 // merging. The workspace size may depend on the description only (not on cache_seqlens, nor on
 // the tensors' alignment), so the plan always takes the occupancy of the kernel an aligned cache
-// runs; an unaligned one runs the register kernel on the same plan.
+// runs; an unaligned one runs the CUDA-core kernel on the same plan. The tensor-core kernel (one CTA
+// per SM) gets 16 splits at batch 1 (s16 was within noise of the best forced count there, 2026-12-01,
+// -s6-decode-ab.txt) and 1 at batch 16.
 static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
     if (a->num_splits > 0) return a->num_splits;
-    const dec_kernel k = decode_kernel(p, 1, sm_count);
+    const dec_kernel k = decode_kernel(p, 1);
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
     const int64_t items = (int64_t)p->B * p->H_kv * ((rows + k.rows - 1) / k.rows);
     int occ = 0;
@@ -1260,7 +1187,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     }
 
     // the plan (the append kernel zeroes the split counters)
-    const dec_kernel k = decode_kernel(p, fast, sm_count);
+    const dec_kernel k = decode_kernel(p, fast);
     P.rows = p->group * p->Sq;
     P.row_chunks = (P.rows + k.rows - 1) / k.rows;
     P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count) : 1;
