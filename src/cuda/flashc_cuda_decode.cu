@@ -707,14 +707,13 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 // 32/8 at seqlen_q 1 fills 4 of its rows and seqlen_q 4 all 16. The CUDA-core kernel above spends
 // ~60 warp instructions per 512-byte key row (unpack, FMAs, the transpose-reduce); here S_ij and
 // P_ij V_j take 3 (two m16n8k16 per 16 dims, half an ldmatrix each), so the issue slots are no
-// longer what bounds the bandwidth (the 4 padded rows of seqlen_q 1 waste tensor-core work that is
-// free at ~12% of the tensor pipe).
+// longer what bounds the bandwidth (the 12 padding rows at seqlen_q 1 waste tensor-core work that
+// costs nothing here: by my count ~12% of the tensor pipe at full bandwidth).
 //
 // Each warp owns a ring of DEC_MMA_STAGES shared-memory stages that only it fills (cp.async) and
 // reads (ldmatrix): no barrier between warps inside the key loop. Warp w takes the w-th quarter of
 // the CTA's key range, 16 keys a step, and runs its own online softmax (FA2 Alg. 1 lines 8-10) on
 // it; the warps are merged by (m_i, l_i) at the end (finish_rows), as the key groups are above.
-
 
 template <int DP>
 struct dec_mma_shape {
@@ -765,10 +764,9 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     const int unit_b = (int)cache_unit(p, b);
     int kb, ke;
     cta_keys(p, r0, ROWS, TILE, split, n_b, &kb, &ke);
-    // my keys: a contiguous quarter [wb, we) of the CTA's, in 16-key steps. Contiguous, not 16-key
-    // slices dealt round-robin, so that each warp is a stream of its own: HBM reaches its rate only
-    // with ~1000 concurrent streams of this pattern (256 of every 2048 bytes; dev/cuda/readbw.cu on
-    // the H200: 33 / 66 / 132 row slices x 8 heads ran at 3410 / 4478 / 4640 GB/s).
+    // my keys: a contiguous quarter [wb, we) of the CTA's, in 16-key steps (16-key slices dealt
+    // round-robin over the warps streamed the same, -s6-decode-ab.txt run 3; a contiguous range
+    // keeps each warp's loop free of the others' bounds)
     const int per_w = ((ke - kb + DEC_WARPS - 1) / DEC_WARPS + 15) / 16 * 16;
     const int wb = min(ke, kb + warp * per_w), we = min(ke, wb + per_w);
     const int n_steps = (we - wb + 15) / 16;
