@@ -4,29 +4,32 @@
 // through flashc_cuda_decode.h and turns their cudaError_t into a status.
 //
 // Decode reads every K and V byte once and does ~2 FLOP per byte per query row: it is bound by
-// HBM bandwidth, not by math. So the kernel runs on the CUDA cores (no mma) and keeps all the query
-// rows of one KV group together (GQA packing: K_j and V_j are read once for the group's
-// `group` heads x seqlen_q rows). What decides the speed is the instruction count per key (the
-// issue slots at 4.5 TB/s are ~120 warp instructions per 512-byte key row per SM; a first version
-// with a runtime-indexed reduce and 64-bit address math per load spent ~150 and reached 2.4 TB/s)
-// and the bytes in flight (16-byte loads issued a step ahead, several CTAs per SM).
+// HBM bandwidth, not by math. Both attention kernels keep all the query rows of one KV group
+// together (GQA packing: K_j and V_j are read once for the group's `group` heads x seqlen_q rows),
+// and what decides their speed is how steadily the bytes stream in.
 //
 // Work decomposition. One CTA = (batch b, kv head hk, chunk of ROWS packed query rows, split s).
 // Packed row r of a kv group is query position i = r / group, head hk * group + r % group. Inside a
-// CTA, TPK lanes (a "key group") cover one key row (8 or 16 dims per lane); each key group takes
-// KPG consecutive keys per step and runs its own online softmax (FA2 Alg. 1 lines 8-10) with no
-// synchronisation with the other groups; the groups are merged by their (m_i, l_i) at the end.
+// CTA, parts of the CTA each take their own keys and run their own online softmax (FA2 Alg. 1
+// lines 8-10) with no synchronisation, and are merged by their (m_i, l_i) at the end (finish_rows).
 // With split-KV the CTA's key range is one of n_splits slices; slices write fp32 partials (O_i
 // normalised, LSE) into the workspace, count themselves in on a per-(b, hk, chunk) counter, and the
 // last to arrive combines them by their LSEs (merge_splits; flashc_merge_kernel serves flashc_merge).
 // Nothing is read back to the host: cache_seqlens / cache_batch_idx / block_table are read here and
 // clamped, so a call is a fixed sequence of stream operations (CUDA-graph capturable).
 //
-// Per step, a key group computes the ROWS x KPG = 16 partial dot products of its lanes and
-// reduces them across its TPK lanes by a transpose-reduce (each level halves the values a lane
-// holds: 15 shuffles for 16 sums instead of 64), so that lane g ends with the scores of row
-// (g * C) / KPG, keys (g * C) % KPG .. + C - 1. The probabilities go to shared memory and come
-// back as broadcast reads for P V.
+// The two kernels:
+//   2b, on the tensor cores: 16-byte aligned caches at head_dim <= 128 (all the decode shapes).
+//       ROWS = 16 (one m16 tile of mma.sync), a warp = a part, each warp streaming its keys through
+//       its own cp.async ring.
+//   2, on the CUDA cores: any alignment or stride, head_dim 256. ROWS = 4 or 8; TPK lanes (a "key
+//       group") cover one key row and form a part. Per step, a key group computes the ROWS x KPG =
+//       16 partial dot products of its lanes and reduces them across its TPK lanes by a
+//       transpose-reduce (each level halves the values a lane holds: 15 shuffles for 16 sums
+//       instead of 64), so that lane g ends with the scores of row (g * C) / KPG, keys (g * C) %
+//       KPG .. + C - 1. The probabilities go to shared memory and come back as broadcast reads for
+//       P V. Its cost is the instruction count per key (~60 warp instructions per 512-byte key row,
+//       where the issue slots at 4.5 TB/s allow ~120 per SM), which is why 2b exists.
 #include <math.h>
 #include <stdio.h>
 
@@ -268,7 +271,7 @@ __global__ void flashc_decode_append_kernel(const flashc_decode_params p) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// 2. split-KV attention over the cache
+// 2. split-KV attention over the cache on the CUDA cores (the general path, head_dim 256)
 
 // One level of the transpose-reduce of N partial sums over a key group's TPK lanes: with lane offset
 // O, the lane whose bit O is set keeps the upper half of its NH * 2 values and sends the lower half
