@@ -423,7 +423,8 @@ static flashc_status cuda_copy(flashc_ctx *ctx, void *dst, const void *src, size
 // KV cache (decode) and merge: kernels and plan in flashc_cuda_decode.cu
 
 static size_t cuda_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
-    return flashc__cuda_kvcache_ws(p, a, ((const flashc_cuda_priv *)ctx->priv)->sm_count);
+    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    return flashc__cuda_kvcache_ws(p, a, pv->sm_count, pv->smem_optin);
 }
 
 // With the ctx's own workspace the split counters live in a buffer of the ctx, zeroed when it grows
@@ -447,7 +448,7 @@ static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, 
         }
         counters = pv->dec_counters;
     }
-    FLASHC_CUDA_TRY(ctx, flashc__cuda_kvcache(p, a, pv->sm_count, counters));
+    FLASHC_CUDA_TRY(ctx, flashc__cuda_kvcache(p, a, pv->sm_count, pv->smem_optin, counters));
     return finish(ctx, (cudaStream_t)a->stream);
 }
 

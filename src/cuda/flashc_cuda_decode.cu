@@ -1032,10 +1032,13 @@ typedef struct dec_kernel {
 //   swizzled, CUDA-core / tensor-core / CUDNN:  B 16 kv 4k 3556 / 3848 / 4080, 16k 4174 / 4253 /
 //   4436, 64k 4351 / 4369 / 4546; B 64 kv 4k 3942 / 4189 / 4328, 16k 4106 / 4442 / 4445, 64k
 //   4155 / 4505 / 4466
+// The tensor-core kernel needs 128 KB of shared memory per CTA (its rings): devices that allow less
+// per block (sm_86 / sm_89: 99 KB) run the CUDA-core kernel.
 template <typename T>
-static dec_kernel pick_kernel(const flashc_problem *p, int fast) {
+static dec_kernel pick_kernel(const flashc_problem *p, int fast, int smem_optin) {
     const int Dp = pad_dim(p->D), rows = rows_per_cta(p);
-    if (fast && Dp <= 128) {
+    const size_t mma_smem = Dp == 64 ? dec_mma_shape<64>::SMEM : dec_mma_shape<128>::SMEM;
+    if (fast && Dp <= 128 && mma_smem + 8192 <= (size_t)smem_optin) { // + its static shared memory
         if (Dp == 64) return {flashc_decode_mma_kernel<T, 64>, DEC_MMA_ROWS, dec_mma_shape<64>::SMEM};
         return {flashc_decode_mma_kernel<T, 128>, DEC_MMA_ROWS, dec_mma_shape<128>::SMEM};
     }
@@ -1058,8 +1061,9 @@ static int kv_fast_ok(const flashc_problem *p, const void *k, const void *v) {
     return kv_vec_ok(p, k, v);
 }
 
-static dec_kernel decode_kernel(const flashc_problem *p, int fast) {
-    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(p, fast) : pick_kernel<__half>(p, fast);
+static dec_kernel decode_kernel(const flashc_problem *p, int fast, int smem_optin) {
+    return p->dtype == FLASHC_DTYPE_BF16 ? pick_kernel<__nv_bfloat16>(p, fast, smem_optin)
+                                         : pick_kernel<__half>(p, fast, smem_optin);
 }
 
 // Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
@@ -1082,9 +1086,9 @@ static dec_kernel decode_kernel(const flashc_problem *p, int fast) {
 // runs; an unaligned one runs the CUDA-core kernel on the same plan. The tensor-core kernel (one CTA
 // per SM) gets 16 splits at batch 1 (s16 was within noise of the best forced count there, 2026-12-01,
 // -s6-decode-ab.txt) and 1 at batch 16.
-static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
+static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin) {
     if (a->num_splits > 0) return a->num_splits;
-    const dec_kernel k = decode_kernel(p, 1);
+    const dec_kernel k = decode_kernel(p, 1, smem_optin);
     const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
     const int64_t items = (int64_t)p->B * p->H_kv * ((rows + k.rows - 1) / k.rows);
     int occ = 0;
@@ -1136,8 +1140,8 @@ static size_t ws_bytes(const flashc_problem *p, int n_splits) {
     return ws_o_bytes(p, n_splits) + ws_lse_bytes(p, n_splits) + n_counters(p) * sizeof(int);
 }
 
-size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count) {
-    return p->Sq > 0 ? ws_bytes(p, plan_splits(p, a, sm_count)) : 0;
+size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin) {
+    return p->Sq > 0 ? ws_bytes(p, plan_splits(p, a, sm_count, smem_optin)) : 0;
 }
 
 size_t flashc__cuda_kvcache_counters(const flashc_problem *p) { return n_counters(p); }
@@ -1149,7 +1153,7 @@ static void fast_div_init(uint32_t d, uint32_t *magic, uint32_t *shift) {
     *shift = s;
 }
 
-cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
+cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin,
                                  int *zeroed_counters) {
     cudaStream_t stream = (cudaStream_t)a->stream;
     flashc_decode_params P;
@@ -1188,10 +1192,10 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     }
 
     // the plan (the append kernel zeroes the split counters)
-    const dec_kernel k = decode_kernel(p, fast);
+    const dec_kernel k = decode_kernel(p, fast, smem_optin);
     P.rows = p->group * p->Sq;
     P.row_chunks = (P.rows + k.rows - 1) / k.rows;
-    P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count) : 1;
+    P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count, smem_optin) : 1;
     if (P.n_splits > 1) {
         P.part_o = (float *)a->ws;
         P.part_lse = (float *)((char *)a->ws + ws_o_bytes(p, P.n_splits));

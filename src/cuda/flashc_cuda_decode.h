@@ -9,7 +9,9 @@
 #include "flashc_internal.h"
 
 // Workspace bytes of flashc_fwd_kvcache: the fp32 split partials (0 when one split suffices).
-FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count);
+// sm_count and smem_optin (max dynamic shared memory per block) describe the device.
+FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
+                                               int smem_optin);
 
 // Append k_new / v_new (rotated) at c_b, then attention of q (rotated) over the first c_b +
 // seqlen_new keys, split-KV into a->ws and merged when the split count is > 1. The splits count
@@ -17,7 +19,7 @@ FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const fl
 // buffer of flashc__cuda_kvcache_counters(p) ints, zero now (the ctx keeps one: no memset per
 // call); NULL takes them from a->ws and zeroes them first.
 FLASHC_INTERNAL cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
-                                                 int *zeroed_counters);
+                                                 int smem_optin, int *zeroed_counters);
 FLASHC_INTERNAL size_t flashc__cuda_kvcache_counters(const flashc_problem *p);
 
 // flashc_merge on device tensors.
