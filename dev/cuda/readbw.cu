@@ -1,15 +1,21 @@
 // readbw.cu -- how fast can one kernel read HBM on this GPU, and by which path? A lab for the decode
-// kernel (memory-bound: every K / V byte read once). Each kernel reads a 4 GiB buffer once and
-// XORs what it read into a word (so nothing is optimised away); GB/s = bytes / median time.
-//   ldg     grid-stride 16-byte ld.global.nc, U loads in flight per thread
-//   bulk    cp.async.bulk (1-D TMA) of CHUNK bytes into a ring of NST stages, one CTA per
-//           contiguous slice
-//   bulkrr  the same, chunks dealt round-robin over the CTAs (neighbouring CTAs read neighbouring
-//           chunks at the same time)
-//   kv_ldg  the KV-cache pattern: rows of 8 heads x 256 bytes, a CTA reads one head (256 of every
-//           2048 bytes) of a range of rows, 16 lanes per row, U rows in flight per lane group
-//   kv_tma  the same pattern by 2-D TMA boxes of 64 rows x 256 bytes into a ring
-// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc dev/cuda/readbw.cu -o readbw
+// kernel (memory-bound: every K / V byte read once). Each kernel reads a 4 GiB buffer (or the part
+// named) once and XORs what it read into a word (so nothing is optimised away); GB/s = bytes /
+// median time of 15 launches.
+//   ldg         grid-stride 16-byte ld.global.nc, U loads in flight per thread
+//   bulk        cp.async.bulk (1-D TMA) of CHUNK bytes into a ring of NST stages, one CTA per
+//               contiguous slice
+//   bulkrr      the same, chunks dealt round-robin over the CTAs
+//   kv_ldg      the KV-cache pattern: rows of 8 heads x 256 bytes, a CTA reads one head (256 of
+//               every 2048 bytes) of a range of rows, 16 lanes per row, U rows in flight per group
+//   kv_dec2     the decode kernel's grid and cp.async rings without its math (B = 16, S = 16k):
+//               per-head CTAs with per-step jitter ("drift"), or whole-row CTAs of 8 warps
+//   kv_dec      the same per-head grid, K alone or K and V, B = 16, S = 16k / 64k
+//   kv_cpasync  the KV pattern by per-warp cp.async rings (the decode kernel's load path)
+//   kvall_tma   whole 2 KB rows per CTA by 2-D TMA boxes (16 boxes of 64 columns, 128-byte swizzle)
+//   kv_tma      one head per CTA by 2-D TMA boxes of 128 columns x BOX rows
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude dev/cuda/readbw.cu -o readbw
+// Results of the H200 runs: bench/results/h200-2026-12-01-s6-decode-ab.txt.
 #include <stdio.h>
 #include <stdlib.h>
 #include <algorithm>
@@ -52,7 +58,7 @@ __global__ void ldg_kernel(const uint4 *x, size_t n, unsigned *sink) {
 // blockIdx.x + c * gridDim.x, else the CTA's slice is contiguous
 template <int CHUNK, int NST>
 __global__ void bulk_kernel(const char *x, size_t bytes, int rr, unsigned *sink) {
-    extern __shared__ __align__(128) char sm[];
+    extern __shared__ __align__(1024) char sm[];
     __shared__ __align__(8) uint64_t full[NST];
     if (threadIdx.x != 0) return;
     const size_t n_chunks = bytes / CHUNK, per = n_chunks / gridDim.x;
@@ -93,28 +99,33 @@ __global__ void kv_ldg_kernel(const char *x, int rows, unsigned *sink) {
     if (acc == 0x12345678u) *sink = acc;
 }
 
-// the same pattern by 2-D TMA boxes {128 elements, BOX rows}
-template <int BOX, int NST>
+// the same pattern by 2-D TMA boxes {COLS elements, BOX rows}, BOXES side by side per stage: the CTA
+// reads columns blockIdx.y * COLS * BOXES .. + COLS * BOXES - 1 of its rows (COLS = 128, BOXES = 1:
+// one head per CTA; COLS = 64 with the 128-byte swizzle, BOXES = 16: whole 2 KB rows per CTA)
+template <int COLS, int BOX, int BOXES, int NST>
 __global__ void kv_tma_kernel(const __grid_constant__ CUtensorMap map, int rows, unsigned *sink) {
-    extern __shared__ __align__(128) char sm[];
+    extern __shared__ __align__(1024) char sm[];
     __shared__ __align__(8) uint64_t full[NST];
+    constexpr int STAGE = BOXES * BOX * COLS * 2;
     if (threadIdx.x != 0) return;
     const int per = rows / gridDim.x / BOX, r0 = blockIdx.x * (rows / gridDim.x);
     for (int s = 0; s < NST; s++) mbar_init(smem_u32(&full[s]), 1);
     fence_mbarrier_init();
     auto load = [&](int c, int s) {
-        mbar_expect_tx(smem_u32(&full[s]), BOX * 256);
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                         smem_u32(sm + s * BOX * 256)),
-                     "l"((uint64_t)&map), "r"((int)blockIdx.y * 128), "r"(r0 + c * BOX), "r"(smem_u32(&full[s]))
-                     : "memory");
+        mbar_expect_tx(smem_u32(&full[s]), STAGE);
+        for (int b = 0; b < BOXES; b++)
+            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                             smem_u32(sm + s * STAGE + b * BOX * COLS * 2)),
+                         "l"((uint64_t)&map), "r"(((int)blockIdx.y * BOXES + b) * COLS), "r"(r0 + c * BOX),
+                         "r"(smem_u32(&full[s]))
+                         : "memory");
     };
     for (int s = 0; s < NST && s < per; s++) load(s, s);
     unsigned acc = 0;
     for (int c = 0; c < per; c++) {
         const int s = c % NST;
         mbar_wait(smem_u32(&full[s]), (c / NST) & 1);
-        acc ^= *(volatile unsigned *)(sm + s * BOX * 256);
+        acc ^= *(volatile unsigned *)(sm + s * STAGE);
         if (c + NST < per) load(c + NST, s);
     }
     if (acc == 0x12345678u) *sink = acc;
@@ -124,7 +135,7 @@ __global__ void kv_tma_kernel(const __grid_constant__ CUtensorMap map, int rows,
 // each warp a ring of NST stages of 16 rows x 256 bytes, a quarter of the slice per warp
 template <int NST>
 __global__ void kv_cpasync_kernel(const char *x, int rows, unsigned *sink) {
-    extern __shared__ __align__(128) char sm[];
+    extern __shared__ __align__(1024) char sm[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int per = rows / gridDim.x, per_w = per / 4, r0 = blockIdx.x * per + warp * per_w;
     const int steps = per_w / 16;
@@ -154,40 +165,11 @@ __global__ void kv_cpasync_kernel(const char *x, int rows, unsigned *sink) {
     if (acc == 0x12345678u) *sink = acc;
 }
 
-// all 8 heads of a row slice per CTA (one CTA reads whole 2 KB rows) by 2-D TMA boxes {64
-// elements, BOX rows} with the 128-byte swizzle, 16 boxes per stage
-template <int BOX, int NST>
-__global__ void kvall_tma_kernel(const __grid_constant__ CUtensorMap map, int rows, unsigned *sink) {
-    extern __shared__ __align__(1024) char sm[];
-    __shared__ __align__(8) uint64_t full[NST];
-    if (threadIdx.x != 0) return;
-    const int per = rows / gridDim.x / BOX, r0 = blockIdx.x * (rows / gridDim.x);
-    for (int s = 0; s < NST; s++) mbar_init(smem_u32(&full[s]), 1);
-    fence_mbarrier_init();
-    auto load = [&](int c, int s) {
-        mbar_expect_tx(smem_u32(&full[s]), BOX * 2048);
-        for (int b = 0; b < 16; b++)
-            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                             smem_u32(sm + s * BOX * 2048 + b * BOX * 128)),
-                         "l"((uint64_t)&map), "r"(b * 64), "r"(r0 + c * BOX), "r"(smem_u32(&full[s]))
-                         : "memory");
-    };
-    for (int s = 0; s < NST && s < per; s++) load(s, s);
-    unsigned acc = 0;
-    for (int c = 0; c < per; c++) {
-        const int s = c % NST;
-        mbar_wait(smem_u32(&full[s]), (c / NST) & 1);
-        acc ^= *(volatile unsigned *)(sm + s * BOX * 2048);
-        if (c + NST < per) load(c + NST, s);
-    }
-    if (acc == 0x12345678u) *sink = acc;
-}
-
 // the decode kernel's grid and loads without its math: K and (if v) V of (B, S, 8, 128), CTA (split
 // blockIdx.x, head blockIdx.y, sequence blockIdx.z), each warp a quarter of the split's rows
 template <int NST>
 __global__ void kv_dec_kernel(const char *k, const char *v, int S, unsigned *sink) {
-    extern __shared__ __align__(128) char sm[];
+    extern __shared__ __align__(1024) char sm[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int per = S / gridDim.x, per_w = per / 4;
     const size_t r0 = (size_t)blockIdx.z * S + blockIdx.x * per + warp * per_w;
@@ -225,7 +207,7 @@ __global__ void kv_dec_kernel(const char *k, const char *v, int S, unsigned *sin
 // 2 KB rows)
 template <int NST, int WPH>
 __global__ void kv_dec2_kernel(const char *k, const char *v, int S, int drift, unsigned *sink) {
-    extern __shared__ __align__(128) char sm[];
+    extern __shared__ __align__(1024) char sm[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int per = S / gridDim.x, per_w = WPH ? per : per / 4;
     const int head = WPH ? warp : blockIdx.y, seq = WPH ? blockIdx.y : blockIdx.z;
@@ -343,12 +325,12 @@ int main() {
             return 1;                                                                                               \
         }                                                                                                           \
         const int smem = (BOX) * 256 * (NS);                                                                        \
-        CK(cudaFuncSetAttribute(kv_tma_kernel<BOX, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+        CK(cudaFuncSetAttribute(kv_tma_kernel<128, BOX, 1, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
         for (int ctas : {sms * 2, sms * 4, sms * 8}) {                                                              \
             if (ctas % 8 || smem * (ctas / sms) > 220 * 1024) continue;                                             \
             dim3 g(ctas / 8, 8);                                                                                    \
             printf("kv_tma box %3d rows x %d stages %5d CTAs: %.0f\n", BOX, NS, ctas,                              \
-                   gbps(bytes, [&] { kv_tma_kernel<BOX, NS><<<g, 32, smem>>>(map, rows, sink); }));                \
+                   gbps(bytes, [&] { kv_tma_kernel<128, BOX, 1, NS><<<g, 32, smem>>>(map, rows, sink); }));                \
         }                                                                                                           \
     }
     {
@@ -386,7 +368,6 @@ int main() {
                            gbps(kvb, [&] { kv_dec_kernel<3><<<g, 128, smem>>>(x, two ? x + bytes / 2 : NULL, S, sink); }));
                 }
     }
-    return 0;
     for (int nst : {2, 3, 4})
         for (int ctas : {sms * 1, sms * 2, sms * 3, sms * 4}) {
             const int smem = nst * 4 * 4096;
@@ -410,7 +391,7 @@ int main() {
             for (int k : {1, 2}) {
                 const int smem = nst * 16 * 2048 + 1024;
                 if (smem * k > 220 * 1024) continue;
-                auto f2 = nst == 2 ? kvall_tma_kernel<16, 2> : nst == 3 ? kvall_tma_kernel<16, 3> : kvall_tma_kernel<16, 4>;
+                auto f2 = nst == 2 ? kv_tma_kernel<64, 16, 16, 2> : nst == 3 ? kv_tma_kernel<64, 16, 16, 3> : kv_tma_kernel<64, 16, 16, 4>;
                 CK(cudaFuncSetAttribute(f2, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                 printf("kvall_tma 16 rows x 2 KB x %d stages, %d CTA/SM: %.0f\n", nst, k,
                        gbps(bytes, [&] { f2<<<sms * k, 32, smem>>>(m2, rows, sink); }));
