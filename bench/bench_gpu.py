@@ -38,6 +38,7 @@ import math
 import os
 import statistics
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +155,29 @@ def reps_for(ms_estimate):
 
 def fwd_flops(B, H, S, D, causal):
     return 4.0 * B * H * S * S * D / (2 if causal else 1)
+
+
+def training_inputs(fc, D, S, causal, bwd=False, e4m3=False):
+    """One training shape (hidden 2048, B * S = 16k) as the dev scripts take it: bf16 q, k, v, o, lse
+    and the desc d (with B, H); bwd adds dO and the backward's workspace ws; e4m3 adds q8, k8, v8
+    (q, k, v rounded to e4m3), o8 and their desc d8."""
+    B, H = 16384 // S, 2048 // D
+    x = types.SimpleNamespace(B=B, H=H)
+    x.q, x.k, x.v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if bwd:
+        x.do = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
+    x.o = torch.empty_like(x.q)
+    x.lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+    x.d = fc.desc(B, S, H, D, causal)
+    if bwd:
+        x.ws = torch.empty(fc.lib.flashc_bwd_workspace_size(fc.ctx, ctypes.byref(x.d)), device="cuda",
+                           dtype=torch.uint8)
+    if e4m3:
+        x.q8, x.k8, x.v8 = (t.to(torch.float8_e4m3fn) for t in (x.q, x.k, x.v))
+        x.o8 = torch.empty_like(x.q)
+        x.d8 = fc.desc(B, S, H, D, causal)
+        x.d8.dtype = FLASHC_DTYPE_E4M3
+    return x
 
 
 # ------------------------------------------------------------------------------------------------

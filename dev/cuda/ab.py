@@ -7,7 +7,6 @@ previous commit built into another folder), timed interleaved on the same inputs
 Usage: python3 dev/cuda/ab.py --lib build/libflashc.so --lib2 build-base/libflashc.so [--bwd]
                               [--dims 128,256] [--seqlens 1024,4096,16384] [--dtypes bf16,e4m3]
 """
-import ctypes
 import argparse
 import os
 import shutil
@@ -71,14 +70,9 @@ def ab_bwd(fa, fb, args):
     for D in (int(x) for x in args.dims.split(",")):
         for causal in (False, True):
             for S in (int(x) for x in args.seqlens.split(",")):
-                B, H = 16384 // S, 2048 // D
-                fl = 2.5 * bg.fwd_flops(B, H, S, D, causal)
-                q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-                o = torch.empty_like(q)
-                lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-                d = fa.desc(B, S, H, D, causal)
-                ws = torch.empty(fa.lib.flashc_bwd_workspace_size(fa.ctx, ctypes.byref(d)), device="cuda",
-                                 dtype=torch.uint8)
+                x = bg.training_inputs(fa, D, S, causal, bwd=True)
+                q, k, v, do, o, lse, d, ws = x.q, x.k, x.v, x.do, x.o, x.lse, x.d, x.ws
+                fl = 2.5 * bg.fwd_flops(x.B, x.H, S, D, causal)
                 fa.fwd(d, q, k, v, o, lse)
                 ga = [torch.empty_like(q) for _ in range(3)]
                 gb = [torch.empty_like(q) for _ in range(3)]
@@ -90,7 +84,7 @@ def ab_bwd(fa, fb, args):
                 err = max((a.float() - b.float()).abs().max().item() for a, b in zip(ga, gb))
                 print(f"bwd  D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  "
                       f"max|dqkv A - B| {err:.2e}", flush=True)
-                del q, k, v, do, o, lse, ws, ga, gb
+                del x, q, k, v, do, o, lse, ws, ga, gb
                 torch.cuda.empty_cache()
 
 

@@ -9,7 +9,6 @@ max |flashc - SDPA FLASH| of dq, dk, dv for both flashc paths; --out writes JSON
 Usage: python3 dev/cuda/bench_bwd.py --lib build/libflashc.so [--dims 64,128] [--seqlens 1024,4096] [--out F]
 """
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -47,15 +46,10 @@ def main():
     for D in [int(x) for x in args.dims.split(",")]:
         for causal in (False, True):
             for S in [int(x) for x in args.seqlens.split(",")]:
-                B, H = 16384 // S, 2048 // D
-                fl = 2.5 * bg.fwd_flops(B, H, S, D, causal)
                 torch.manual_seed(S * 1000 + D + causal)
-                q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-                o = torch.empty_like(q)
-                lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-                d = fc_new.desc(B, S, H, D, causal)
-                ws = torch.empty(fc_new.lib.flashc_bwd_workspace_size(fc_new.ctx, ctypes.byref(d)), device="cuda",
-                                 dtype=torch.uint8)
+                x = bg.training_inputs(fc_new, D, S, causal, bwd=True)
+                B, H, q, k, v, do, o, lse, d, ws = x.B, x.H, x.q, x.k, x.v, x.do, x.o, x.lse, x.d, x.ws
+                fl = 2.5 * bg.fwd_flops(B, H, S, D, causal)
                 fc_new.fwd(d, q, k, v, o, lse)
                 res, grads = {}, {}
                 for name, fc in (("sm90", fc_new), ("old", fc_old), *extra.items()):
@@ -100,7 +94,7 @@ def main():
                     impl = {"sm90": "flashc", "old": "flashc_mma_sync", "flash": "sdpa_flash",
                             "cudnn": "sdpa_cudnn"}.get(n, "flashc_" + n)
                     lines.append(dict(impl=impl, ms=round(ms, 5), tflops=round(tf[n], 2), **base))
-                del q, k, v, do, o, lse, ws, grads, qg, kg, vg, ref
+                del x, q, k, v, do, o, lse, ws, grads, qg, kg, vg, ref
                 torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:

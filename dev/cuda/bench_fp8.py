@@ -26,21 +26,15 @@ def main():
     for D in (int(x) for x in args.dims.split(",")):
         for causal in (False, True):
             for S in (int(x) for x in args.seqlens.split(",")):
-                B, H = 16384 // S, 2048 // D
-                fl = bg.fwd_flops(B, H, S, D, causal)
-                q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-                o, o8 = torch.empty_like(q), torch.empty_like(q)
-                lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-                d, d8 = fc.desc(B, S, H, D, causal), fc.desc(B, S, H, D, causal)
-                d8.dtype = bg.FLASHC_DTYPE_E4M3
+                x = bg.training_inputs(fc, D, S, causal, e4m3=True)
+                fl = bg.fwd_flops(x.B, x.H, S, D, causal)
                 t = [0.0, 0.0]
                 for rep in range(3):  # interleaved: the two see the same clocks
-                    t[0] += bg.time_ms(lambda: fc.fwd(d, q, k, v, o, lse), 20)
-                    t[1] += bg.time_ms(lambda: fc.fwd(d8, q8, k8, v8, o8, lse), 20)
+                    t[0] += bg.time_ms(lambda: fc.fwd(x.d, x.q, x.k, x.v, x.o, x.lse), 20)
+                    t[1] += bg.time_ms(lambda: fc.fwd(x.d8, x.q8, x.k8, x.v8, x.o8, x.lse), 20)
                 tb, t8 = (fl / (x / 3 * 1e-3) / 1e12 for x in t)
                 print(f"D={D:3d} causal={int(causal)} S={S:5d}  bf16 {tb:6.1f}  e4m3 {t8:6.1f}  x {t8 / tb:.2f}", flush=True)
-                del q, k, v, q8, k8, v8, o, o8
+                del x
                 torch.cuda.empty_cache()
 
 

@@ -9,7 +9,6 @@
 Shape: B * S = 16k, hidden 2048, non-causal unless --causal.
 """
 import argparse
-import ctypes
 import os
 import sys
 
@@ -27,16 +26,11 @@ def main():
     ap.add_argument("--causal", action="store_true")
     args = ap.parse_args()
     fc = bg.Flashc(os.path.abspath(args.lib))
-    D, S = args.dim, args.seqlen
-    B, H = 16384 // S, 2048 // D
-    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-    o, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
-    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-    d = fc.desc(B, S, H, D, args.causal)
-    ws = torch.empty(fc.lib.flashc_bwd_workspace_size(fc.ctx, ctypes.byref(d)), device="cuda", dtype=torch.uint8)
-    fc.fwd(d, q, k, v, o, lse)
+    x = bg.training_inputs(fc, args.dim, args.seqlen, args.causal, bwd=True)
+    dq, dk, dv = (torch.empty_like(x.q) for _ in range(3))
+    fc.fwd(x.d, x.q, x.k, x.v, x.o, x.lse)
     for _ in range(3):
-        fc.bwd(d, q, k, v, o, lse, do, dq, dk, dv, ws)
+        fc.bwd(x.d, x.q, x.k, x.v, x.o, x.lse, x.do, dq, dk, dv, x.ws)
     torch.cuda.synchronize()
     print("profile_bwd: done", flush=True)
 

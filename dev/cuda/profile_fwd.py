@@ -24,20 +24,13 @@ def main():
     ap.add_argument("--seqlen", type=int, default=4096)
     args = ap.parse_args()
     fc = bg.Flashc(os.path.abspath(args.lib))
-    D, S = args.dim, args.seqlen
-    B, H = 16384 // S, 2048 // D
-    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-    o, o8 = torch.empty_like(q), torch.empty_like(q)
-    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-    d, d8 = fc.desc(B, S, H, D, False), fc.desc(B, S, H, D, False)
-    d8.dtype = bg.FLASHC_DTYPE_E4M3
+    x = bg.training_inputs(fc, args.dim, args.seqlen, False, e4m3=True)
     for _ in range(2):  # warm-up: launches 1-2 bf16, 3-4 e4m3
-        fc.fwd(d, q, k, v, o, lse)
+        fc.fwd(x.d, x.q, x.k, x.v, x.o, x.lse)
     for _ in range(2):
-        fc.fwd(d8, q8, k8, v8, o8, lse)
-    fc.fwd(d, q, k, v, o, lse)
-    fc.fwd(d8, q8, k8, v8, o8, lse)
+        fc.fwd(x.d8, x.q8, x.k8, x.v8, x.o8, x.lse)
+    fc.fwd(x.d, x.q, x.k, x.v, x.o, x.lse)
+    fc.fwd(x.d8, x.q8, x.k8, x.v8, x.o8, x.lse)
     torch.cuda.synchronize()
     print("profile_fwd: done", flush=True)
 

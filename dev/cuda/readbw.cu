@@ -8,9 +8,9 @@
 //   bulkrr      the same, chunks dealt round-robin over the CTAs
 //   kv_ldg      the KV-cache pattern: rows of 8 heads x 256 bytes, a CTA reads one head (256 of
 //               every 2048 bytes) of a range of rows, 16 lanes per row, U rows in flight per group
-//   kv_dec2     the decode kernel's grid and cp.async rings without its math (B = 16, S = 16k):
-//               per-head CTAs with per-step jitter ("drift"), or whole-row CTAs of 8 warps
-//   kv_dec      the same per-head grid, K alone or K and V, B = 16, S = 16k / 64k
+//   kv_dec      the decode kernel's grid and cp.async rings without its math: per-head CTAs with
+//               per-step jitter ("drift") or whole-row CTAs of 8 warps (B = 16, S = 16k), then
+//               per-head CTAs on K alone or K and V (B = 16, S = 16k / 64k)
 //   kv_cpasync  the KV pattern by per-warp cp.async rings (the decode kernel's load path)
 //   kvall_tma   whole 2 KB rows per CTA by 2-D TMA boxes (16 boxes of 64 columns, 128-byte swizzle)
 //   kv_tma      one head per CTA by 2-D TMA boxes of 128 columns x BOX rows
@@ -32,14 +32,6 @@
         }                                                                                       \
     } while (0)
 
-static __device__ __forceinline__ uint4 ldnc(const void *p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
-
 template <int U>
 __global__ void ldg_kernel(const uint4 *x, size_t n, unsigned *sink) {
     unsigned acc = 0;
@@ -47,7 +39,7 @@ __global__ void ldg_kernel(const uint4 *x, size_t n, unsigned *sink) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += U * stride) {
         uint4 v[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) v[u] = i + u * stride < n ? ldnc(x + i + u * stride) : make_uint4(0, 0, 0, 0);
+        for (int u = 0; u < U; u++) v[u] = i + u * stride < n ? ld_stream_v4(x + i + u * stride) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
@@ -92,7 +84,7 @@ __global__ void kv_ldg_kernel(const char *x, int rows, unsigned *sink) {
     for (int r = r0 + g; r < r0 + per; r += 8 * U) {
         uint4 v[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) v[u] = r + 8 * u < r0 + per ? ldnc(base + (size_t)(r + 8 * u) * 2048) : make_uint4(0, 0, 0, 0);
+        for (int u = 0; u < U; u++) v[u] = r + 8 * u < r0 + per ? ld_stream_v4(base + (size_t)(r + 8 * u) * 2048) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
@@ -165,48 +157,13 @@ __global__ void kv_cpasync_kernel(const char *x, int rows, unsigned *sink) {
     if (acc == 0x12345678u) *sink = acc;
 }
 
-// the decode kernel's grid and loads without its math: K and (if v) V of (B, S, 8, 128), CTA (split
-// blockIdx.x, head blockIdx.y, sequence blockIdx.z), each warp a quarter of the split's rows
-template <int NST>
-__global__ void kv_dec_kernel(const char *k, const char *v, int S, unsigned *sink) {
-    extern __shared__ __align__(1024) char sm[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int per = S / gridDim.x, per_w = per / 4;
-    const size_t r0 = (size_t)blockIdx.z * S + blockIdx.x * per + warp * per_w;
-    const int steps = per_w / 16;
-    const size_t off = (size_t)blockIdx.y * 256 + lane % 16 * 16;
-    const uint32_t ring = smem_u32(sm) + warp * NST * 8192;
-    auto load = [&](int t) {
-        const uint32_t dst = ring + (t % NST) * 8192 + lane % 16 * 16;
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++) {
-            const int r = lane / 16 * 8 + kk;
-            cp_async_16(dst + r * 256, k + off + (r0 + t * 16 + r) * 2048, 16);
-            if (v) cp_async_16(dst + 4096 + r * 256, v + off + (r0 + t * 16 + r) * 2048, 16);
-        }
-    };
-    for (int t = 0; t < NST - 1; t++) {
-        if (t < steps) load(t);
-        cp_async_commit();
-    }
-    unsigned acc = 0;
-    for (int t = 0; t < steps; t++) {
-        if (t + NST - 1 < steps) load(t + NST - 1);
-        cp_async_commit();
-        cp_async_wait<NST - 1>();
-        __syncwarp();
-        acc ^= *(volatile unsigned *)(sm + warp * NST * 8192 + (t % NST) * 8192 + lane * 128);
-        __syncwarp();
-    }
-    if (acc == 0x12345678u) *sink = acc;
-}
-
-// variants of kv_dec: WPH = 0: CTA (split, head, sequence), its 4 warps a quarter of the rows each,
-// with `drift` > 0 each warp spins up to drift clocks per step (the math's jitter); WPH = 1: CTA
-// (split, sequence) of 8 warps, warp w reading head w of all the split's rows (one CTA reads whole
-// 2 KB rows)
+// the decode kernel's grid and loads without its math: K and (if v) V of (B, S, 8, 128). WPH = 0:
+// CTA (split blockIdx.x, head blockIdx.y, sequence blockIdx.z), its 4 warps a quarter of the split's
+// rows each; WPH = 1: CTA (split, sequence) of 8 warps, warp w reading head w of all the split's
+// rows (one CTA reads whole 2 KB rows). drift > 0: each warp spins up to drift clocks per step (the
+// math's jitter).
 template <int NST, int WPH>
-__global__ void kv_dec2_kernel(const char *k, const char *v, int S, int drift, unsigned *sink) {
+__global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, unsigned *sink) {
     extern __shared__ __align__(1024) char sm[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int per = S / gridDim.x, per_w = WPH ? per : per / 4;
@@ -221,7 +178,7 @@ __global__ void kv_dec2_kernel(const char *k, const char *v, int S, int drift, u
         for (int kk = 0; kk < 8; kk++) {
             const int r = lane / 16 * 8 + kk;
             cp_async_16(dst + r * 256, k + off + (r0 + t * 16 + r) * 2048, 16);
-            cp_async_16(dst + 4096 + r * 256, v + off + (r0 + t * 16 + r) * 2048, 16);
+            if (v) cp_async_16(dst + 4096 + r * 256, v + off + (r0 + t * 16 + r) * 2048, 16);
         }
     };
     for (int t = 0; t < NST - 1; t++) {
@@ -340,18 +297,18 @@ int main() {
         for (int drift : {0, 600, 1200, 2400})
             for (int ns : {1, 2, 4}) {
                 const int smem = 3 * 4 * 8192;
-                CK(cudaFuncSetAttribute(kv_dec2_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                 dim3 g(ns, 8, B);
                 printf("kv_dec per-head CTAs, drift %4d, B %d S %d splits %d (%4d CTAs): %.0f\n", drift, B, S, ns, ns * 8 * B,
-                       gbps(kvb, [&] { kv_dec2_kernel<3, 0><<<g, 128, smem>>>(x, x + bytes / 2, S, drift, sink); }));
+                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, smem>>>(x, x + bytes / 2, S, drift, sink); }));
             }
         for (int drift : {0, 600, 1200})
             for (int ns : {8, 16}) {
                 const int smem = 3 * 8 * 8192;
-                CK(cudaFuncSetAttribute(kv_dec2_kernel<3, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                CK(cudaFuncSetAttribute(kv_dec_kernel<3, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                 dim3 g(ns, B);
                 printf("kv_dec whole-row CTAs (8 warps), drift %4d, B %d S %d splits %d (%4d CTAs): %.0f\n", drift, B, S, ns,
-                       ns * B, gbps(kvb, [&] { kv_dec2_kernel<3, 1><<<g, 256, smem>>>(x, x + bytes / 2, S, drift, sink); }));
+                       ns * B, gbps(kvb, [&] { kv_dec_kernel<3, 1><<<g, 256, smem>>>(x, x + bytes / 2, S, drift, sink); }));
             }
     }
     {
@@ -362,10 +319,10 @@ int main() {
                     const int B = (int)(bytes / 2 / 2048 / S) < 16 ? (int)(bytes / 2 / 2048 / S) : 16;
                     const size_t kvb = (size_t)B * S * 2048 * (two ? 2 : 1);
                     const int smem = 3 * 4 * 8192;
-                    CK(cudaFuncSetAttribute(kv_dec_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                    CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                     dim3 g(ns, 8, B);
                     printf("kv_dec %s B %2d S %5d splits %d (%4d CTAs): %.0f\n", two ? "K+V" : "K  ", B, S, ns, ns * 8 * B,
-                           gbps(kvb, [&] { kv_dec_kernel<3><<<g, 128, smem>>>(x, two ? x + bytes / 2 : NULL, S, sink); }));
+                           gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, smem>>>(x, two ? x + bytes / 2 : NULL, S, 0, sink); }));
                 }
     }
     for (int nst : {2, 3, 4})

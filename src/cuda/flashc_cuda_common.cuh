@@ -327,6 +327,15 @@ __device__ __forceinline__ uint16_t from_f32<__half>(float x) {
     return __half_as_ushort(__float2half_rn(x));
 }
 
+// 16 bytes from global memory through the non-coherent path, not kept in L1 (data read once).
+static __device__ __forceinline__ uint4 ld_stream_v4(const void *ptr) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(ptr));
+    return r;
+}
+
 // 2^x, approximate (2 ulp), flushes subnormals; ex2(-inf) = +0.
 static __device__ __forceinline__ float ex2(float x) {
     float y;

@@ -134,17 +134,9 @@ __device__ __forceinline__ void unpack8<__half>(const uint4 &u, float f[8]) {
     }
 }
 
-// 16 bytes from global memory through the non-coherent path, not kept in L1: each K / V byte is
-// used once per CTA, so L1 would only evict the block table.
-static __device__ __forceinline__ uint4 ld_stream_v4(const void *ptr) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(ptr));
-    return r;
-}
-
-// 8 elements at ptr (16 bytes, or 8 two-byte loads when the tensor is not 16-byte aligned)
+// 8 elements at ptr (16 bytes, or 8 two-byte loads when the tensor is not 16-byte aligned); each
+// K / V byte is used once per CTA, so not kept in L1 (ld_stream_v4), where it would evict the block
+// table
 static __device__ __forceinline__ uint4 load8(const uint16_t *ptr, int vec) {
     if (vec) return ld_stream_v4(ptr);
     uint32_t w[4];
@@ -465,8 +457,9 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
 // The end of a CTA: the warps' (m_i, l_i, O_i) -- sO (DEC_WARPS, ROWS, DP) fp32 unnormalised, sWML
 // (DEC_WARPS, 2, ROWS) -- merged, then O_i = O_i / l_i, L_i = m_i + log2(l_i) in natural log (Alg. 1
 // lines 12-13) stored, or parked as this split's partial; with split-KV the last split of the
-// (b, kv head, row chunk) to finish merges them all. Called by every thread after a __syncthreads.
-template <typename T, int DP, int ROWS>
+// (b, kv head, row chunk) to finish merges them all (U: merge_splits' loads in flight). Called by
+// every thread after a __syncthreads.
+template <typename T, int DP, int ROWS, int U>
 static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p, const float *sO,
                                                    const float (*sWML)[2][ROWS], int b, int hk, int chunk, int split,
                                                    int r0) {
@@ -511,7 +504,7 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
         __syncthreads();
         if (!s_last) return;
         __threadfence(); // the other splits' partials are read after their counts
-        merge_splits<T, DP, ROWS, ROWS == DEC_MMA_ROWS ? 16 : 8>(p, b, hk, r0);
+        merge_splits<T, DP, ROWS, U>(p, b, hk, r0);
     }
 }
 
@@ -700,7 +693,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     }
     __syncthreads();
 
-    finish_rows<T, DP, ROWS>(p, &sO[0][0][0], sWML, b, hk, chunk, split, r0);
+    finish_rows<T, DP, ROWS, 8>(p, &sO[0][0][0], sWML, b, hk, chunk, split, r0);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -923,7 +916,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     }
     __syncthreads();
 
-    finish_rows<T, DP, ROWS>(p, sO, sWML, b, hk, chunk, split, r0);
+    finish_rows<T, DP, ROWS, 16>(p, sO, sWML, b, hk, chunk, split, r0);
 }
 
 // ------------------------------------------------------------------------------------------------
