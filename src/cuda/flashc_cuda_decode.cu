@@ -372,85 +372,63 @@ static __device__ __forceinline__ void key_offsets(const flashc_decode_params &p
 
 // The split-KV merge inside the attention kernel, run by the last split of a (b, kv head, row
 // chunk) to finish (a separate merge kernel of B * H rows is latency-bound at batch 1: B * H_kv
-// CTAs reading n_splits partials each, after a launch gap). lse = M + log(sum_s exp(lse_s - M)),
-// out = sum_s exp((lse_s - M) - log(sum)) out_s, in fp32: lse_s - M is exact for the splits that
-// matter (Sterbenz) and log(sum) <= log(n_splits) is small, so the weights carry a few ulp of error
-// instead of the ulp of |lse| ~ 1e2 that exp(lse_s - lse) would. The splits are summed in split
-// order, whichever CTA merges: the result is bit-identical run to run. The partials are read
-// through L2 (ld.global.cg): they were written by other CTAs, after their __threadfence.
+// CTAs reading n_splits partials each, after a launch gap). Online over rounds of U splits, all of a
+// round's loads issued before any is used: M = the running max of the lse_s, L = sum_s w_s with
+// w_s = exp(lse_s - M), out = sum_s w_s out_s / L, lse = M + log(L). The merge is a chain of L2
+// round trips on the critical path of the kernel's last CTA; one round when n_splits <= U (the
+// two passes before, the max and then the weights, cost 1.7 us more at batch 1 kv 16k: 2395 ->
+// 2553 GB/s, H200, 2026-12-01, -s7-decode-ab.txt). In fp32: lse_s - M is exact for the splits that
+// matter (Sterbenz), so a weight carries a few ulp of error instead of the ulp of |lse| ~ 1e2 that
+// exp(lse_s - lse) would. A split that saw no key has lse +inf and weight 0; a NaN lse makes the row
+// NaN. The splits are summed in split order, whichever CTA merges: the result is bit-identical run
+// to run. The partials are read through L2 (ld.global.cg): other CTAs wrote them, before their
+// __threadfence.
 template <typename T, int DP, int ROWS, int U>
 static __device__ __forceinline__ void merge_splits(const flashc_decode_params &p, int b, int hk, int r0) {
-    __shared__ float sM[ROWS], sLS[ROWS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t l_step = (int64_t)p.B * p.H * p.Sq;
-    // M and log(sum) of each row: warp w takes rows w, w + DEC_WARPS, ...
-    for (int r = warp; r < ROWS; r += DEC_WARPS) {
-        const int rg = r0 + r;
-        float mx = -INFINITY, sum = 0.f;
-        int nan = 0;
-        if (rg < p.rows) {
-            const int i = rg / p.group, h = hk * p.group + rg % p.group;
-            const float *lp = p.part_lse + ((int64_t)b * p.H + h) * p.Sq + i;
-            // the first 32 splits' lse kept in a register for the second pass (one L2 round trip less)
-            const float x0 = lane < p.n_splits ? __ldcg(lp + lane * l_step) : INFINITY;
-            nan |= x0 != x0;
-            if (!isinf(x0)) mx = fmaxf(mx, x0);
-            for (int sp = lane + 32; sp < p.n_splits; sp += 32) {
-                const float x = __ldcg(lp + sp * l_step);
-                nan |= x != x;
-                if (!isinf(x)) mx = fmaxf(mx, x);
-            }
-#pragma unroll
-            for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            if (!isinf(x0) && x0 == x0) sum += expf(x0 - mx);
-            for (int sp = lane + 32; sp < p.n_splits; sp += 32) {
-                const float x = __ldcg(lp + sp * l_step);
-                if (!isinf(x) && x == x) sum += expf(x - mx);
-            }
-        }
-#pragma unroll
-        for (int o = 16; o >= 1; o /= 2) {
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            nan |= __shfl_xor_sync(0xffffffffu, nan, o);
-        }
-        if (lane == 0) sM[r] = nan ? NAN : mx, sLS[r] = sum > 0.f ? logf(sum) : INFINITY;
-    }
-    __syncthreads();
-    // out: 4 dims per thread, U splits' loads issued before any is used (latency: L2 round trips).
-    // The CUDA-core kernel takes 8, not 16: 16 raised its register-pipelined version to 168
-    // registers (~128 without), 3 CTAs per SM instead of 4, and batch 64 kv 4k / 16k from 3985 /
-    // 4126 to 3061 / 3325 GB/s (H200, 2026-11-29). The tensor-core kernel's occupancy is set by its
-    // shared memory, so it takes 16.
+    const int64_t l_step = (int64_t)p.B * p.H * p.Sq, o_step = l_step * p.D / 4;
     const int n_rows = min(ROWS, p.rows - r0);
     for (int idx = threadIdx.x; idx < n_rows * DP / 4; idx += DEC_THREADS) {
         const int r = idx * 4 / DP, d0 = idx * 4 % DP, rg = r0 + r;
         if (d0 >= p.D) continue; // D % 8 == 0: a float4 is all in or all out
         const int i = rg / p.group, h = hk * p.group + rg % p.group;
-        const float M = sM[r], LS = sLS[r];
         const float *lp = p.part_lse + ((int64_t)b * p.H + h) * p.Sq + i;
         const float4 *op = (const float4 *)(p.part_o + (((int64_t)b * p.Sq + i) * p.H + h) * p.D + d0);
-        const int64_t o_step = l_step * p.D / 4; // float4s from one split's partial to the next
+        float M = -INFINITY, L = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int sp0 = 0; sp0 < p.n_splits && LS != INFINITY; sp0 += U) {
+        int nan = 0;
+        for (int s0 = 0; s0 < p.n_splits; s0 += U) {
             float x[U];
             float4 v[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int sp = sp0 + u;
+                const int sp = s0 + u;
                 x[u] = sp < p.n_splits ? __ldcg(lp + sp * l_step) : INFINITY;
                 v[u] = sp < p.n_splits ? __ldcg(op + sp * o_step) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
+            float Mn = M;
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (isinf(x[u])) continue; // saw no key (its out is 0)
-                const float w = expf((x[u] - M) - LS);
+                nan |= x[u] != x[u];
+                if (!isinf(x[u])) Mn = fmaxf(Mn, x[u]);
+            }
+            if (Mn == -INFINITY) continue; // no split so far saw a key
+            const float f = expf(M - Mn);  // 0 when M = -inf
+            L *= f, acc.x *= f, acc.y *= f, acc.z *= f, acc.w *= f;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (isinf(x[u]) || x[u] != x[u]) continue;
+                const float w = expf(x[u] - Mn);
+                L += w;
                 acc.x = fmaf(w, v[u].x, acc.x), acc.y = fmaf(w, v[u].y, acc.y);
                 acc.z = fmaf(w, v[u].z, acc.z), acc.w = fmaf(w, v[u].w, acc.w);
             }
+            M = Mn;
         }
+        const float inv = nan ? NAN : L > 0.f ? 1.f / L : 0.f;
         uint16_t *o = (uint16_t *)p.o + b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d0;
-        o[0] = from_f32<T>(acc.x), o[1] = from_f32<T>(acc.y), o[2] = from_f32<T>(acc.z), o[3] = from_f32<T>(acc.w);
-        if (p.lse && d0 == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = M != M ? NAN : LS == INFINITY ? INFINITY : M + LS;
+        o[0] = from_f32<T>(acc.x * inv), o[1] = from_f32<T>(acc.y * inv);
+        o[2] = from_f32<T>(acc.z * inv), o[3] = from_f32<T>(acc.w * inv);
+        if (p.lse && d0 == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = nan ? NAN : L > 0.f ? M + logf(L) : INFINITY;
     }
 }
 
@@ -693,6 +671,8 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
     }
     __syncthreads();
 
+    // 8 merge loads in flight, not 16: this kernel's occupancy is set by its registers (128 now; 16
+    // took an earlier version from ~128 to 168, 4 CTAs per SM to 3)
     finish_rows<T, DP, ROWS, 8>(p, &sO[0][0][0], sWML, b, hk, chunk, split, r0);
 }
 
