@@ -12,6 +12,7 @@
 //               per-step jitter ("drift") or whole-row CTAs of 8 warps (B = 16, S = 16k), then
 //               per-head CTAs on K alone or K and V (B = 16, S = 16k / 64k)
 //   kv_cpasync  the KV pattern by per-warp cp.async rings (the decode kernel's load path)
+//   kv_bulkdec  the decode grid by per-warp rings of 1-D bulk copies, one per 256-byte row (first)
 //   kvall_tma   whole 2 KB rows per CTA by 2-D TMA boxes (16 boxes of 64 columns, 128-byte swizzle)
 //   kv_tma      one head per CTA by 2-D TMA boxes of 128 columns x BOX rows
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude dev/cuda/readbw.cu -o readbw
@@ -203,6 +204,40 @@ __global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, un
     if (acc == 0x12345678u) *sink = acc;
 }
 
+// the decode grid (as kv_dec, per-head CTAs) by 1-D bulk copies (TMA) instead of cp.async: per warp
+// step, lane l < 16 copies the 256 bytes of key row l of K, lane 16 + l those of V, each one
+// cp.async.bulk completing on the stage's mbarrier (8 KB a stage)
+template <int NST>
+__global__ void kv_bulkdec_kernel(const char *k, const char *v, int S, unsigned *sink) {
+    extern __shared__ __align__(1024) char sm[];
+    __shared__ __align__(8) uint64_t full[4][NST];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int per = S / gridDim.x, per_w = per / 4;
+    const size_t r0 = (size_t)blockIdx.z * S + blockIdx.x * per + warp * per_w;
+    const int steps = per_w / 16;
+    const char *src = (lane < 16 ? k : v) + (size_t)blockIdx.y * 256;
+    const uint32_t ring = smem_u32(sm) + warp * NST * 8192;
+    if (lane == 0)
+        for (int st = 0; st < NST; st++) mbar_init(smem_u32(&full[warp][st]), 1);
+    fence_mbarrier_init();
+    __syncwarp();
+    auto load = [&](int t) {
+        const uint32_t bar = smem_u32(&full[warp][t % NST]);
+        if (lane == 0) mbar_expect_tx(bar, 8192);
+        __syncwarp();
+        bulk_load(ring + (t % NST) * 8192 + lane * 256, src + (r0 + t * 16 + lane % 16) * 2048, 256, bar);
+    };
+    for (int t = 0; t < NST - 1 && t < steps; t++) load(t);
+    unsigned acc = 0;
+    for (int t = 0; t < steps; t++) {
+        if (t + NST - 1 < steps) load(t + NST - 1);
+        mbar_wait(smem_u32(&full[warp][t % NST]), (t / NST) & 1);
+        acc ^= *(volatile unsigned *)(sm + warp * NST * 8192 + (t % NST) * 8192 + lane * 128);
+        __syncwarp();
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
 template <typename F>
 static double gbps(size_t bytes, F launch) {
     cudaEvent_t a, b;
@@ -236,6 +271,28 @@ int main() {
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     printf("4 GiB read once, GB/s (median of 15); %d SMs\n", sms);
     const size_t n4 = bytes / 16;
+    {
+        // the decode grid, K and V of (B, S, 8, 128), per-head CTAs: cp.async rings (kv_dec) against
+        // 1-D bulk copies of each 256-byte row (kv_bulkdec)
+        const int B = 16;
+        for (int S : {16384, 65536}) {
+            const size_t kvb = (size_t)B * S * 2048 * 2;
+            for (int ns : {1, 2}) {
+                dim3 g(ns, 8, B);
+                const int sm3 = 3 * 4 * 8192, sm4 = 4 * 4 * 8192;
+                CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm3));
+                printf("kv_dec     3 stages B %d S %5d splits %d (%4d CTAs): %.0f\n", B, S, ns, ns * 8 * B,
+                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, sm3>>>(x, x + bytes / 2, S, 0, sink); }));
+                CK(cudaFuncSetAttribute(kv_bulkdec_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm3));
+                printf("kv_bulkdec 3 stages B %d S %5d splits %d (%4d CTAs): %.0f\n", B, S, ns, ns * 8 * B,
+                       gbps(kvb, [&] { kv_bulkdec_kernel<3><<<g, 128, sm3>>>(x, x + bytes / 2, S, sink); }));
+                CK(cudaFuncSetAttribute(kv_bulkdec_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm4));
+                printf("kv_bulkdec 4 stages B %d S %5d splits %d (%4d CTAs): %.0f\n", B, S, ns, ns * 8 * B,
+                       gbps(kvb, [&] { kv_bulkdec_kernel<4><<<g, 128, sm4>>>(x, x + bytes / 2, S, sink); }));
+            }
+        }
+        if (getenv("BULKDEC_ONLY")) return 0;
+    }
     for (int ctas_per_sm : {2, 4, 8})
         for (int thr : {256, 512}) {
             printf("ldg     U4  %d CTA/SM x %d thr: %.0f\n", ctas_per_sm, thr,
