@@ -43,7 +43,6 @@
 // the tensor-core kernel (2b)
 #define DEC_MMA_ROWS 16  // packed query rows per CTA: the m of m16n8k16
 #define DEC_MMA_TILE 64 // split-KV slices meet at multiples of this many keys
-#define DEC_MMA_STAGES 4 // per warp: 3 stages of 16 keys in flight while one is read (tuning below)
 
 // ------------------------------------------------------------------------------------------------
 // kernel ABI
@@ -686,7 +685,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 // longer what bounds the bandwidth (the 12 padding rows at seqlen_q 1 waste tensor-core work that
 // costs nothing here: by my count ~12% of the tensor pipe at full bandwidth).
 //
-// Each warp owns a ring of DEC_MMA_STAGES shared-memory stages that only it fills (cp.async) and
+// Each warp owns a ring of NST shared-memory stages that only it fills (cp.async) and
 // reads (ldmatrix): no barrier between warps inside the key loop. Warp w takes the w-th quarter of
 // the CTA's key range, 16 keys a step, and runs its own online softmax (FA2 Alg. 1 lines 8-10) on
 // it; the warps are merged by (m_i, l_i) at the end (finish_rows), as the key groups are above.
@@ -698,8 +697,17 @@ struct dec_mma_shape {
     static constexpr int CPR = DP / 8;            // 16-byte chunks per key row
     static constexpr int KPL = 16 * CPR / 32;     // key rows a lane copies per step (each its chunk lane % CPR)
     static constexpr int STAGE = 2 * 16 * KLD;    // K_j then V_j of one warp step, elements
-    static constexpr size_t SMEM = (size_t)DEC_WARPS * DEC_MMA_STAGES * STAGE * 2; // dynamic, bytes
-    static_assert((size_t)DEC_WARPS * DEC_MMA_ROWS * DP * 4 <= SMEM, "sO reuses the rings");
+    // Stages per warp (NST - 1 in flight while one is read) and the dynamic shared memory asked for:
+    // at head_dim 128, 3 stages (96 KB of rings) with 128 KB asked, so that one CTA runs per SM. H200,
+    // 2026-12-01, GB/s against 4 stages (-s7-decode-ab.txt run 6; 3 stages at two CTAs per SM in
+    // brackets, same split counts): batch 1 kv 4k / 64k 1095 / 3758 vs 1062 / 3678; batch 16 kv 16k /
+    // 64k 4359 / 4497 vs 4270 / 4364 (4364 / 4496); batch 64 kv 16k / 64k 4473 / 4550 vs 4413 / 4465
+    // (4434 / 4465); 2 stages in between. Head dim 64 keeps 4 stages (64 KB: 3 CTAs per SM), not
+    // measured against 3.
+    static constexpr int NST = DP == 128 ? 3 : 4;
+    static constexpr size_t RINGS = (size_t)DEC_WARPS * NST * STAGE * 2;                   // bytes
+    static constexpr size_t SMEM = DP == 128 && RINGS < 131072 ? 131072 : RINGS;          // dynamic, bytes
+    static_assert((size_t)DEC_WARPS * DEC_MMA_ROWS * DP * 4 <= RINGS, "sO reuses the rings");
 };
 
 // One warp step: K_j and V_j of keys j0 .. j0 + 15 into a stage (rows past ke repeat row ke - 1:
@@ -724,7 +732,7 @@ static __device__ __forceinline__ void mma_load_step(const flashc_decode_params 
 template <typename T, int DP>
 __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __grid_constant__ flashc_decode_params p) {
     typedef dec_mma_shape<DP> S;
-    constexpr int LD = S::LD, CPR = S::CPR, NST = DEC_MMA_STAGES, ROWS = DEC_MMA_ROWS, TILE = DEC_MMA_TILE;
+    constexpr int LD = S::LD, CPR = S::CPR, NST = S::NST, ROWS = DEC_MMA_ROWS, TILE = DEC_MMA_TILE;
     extern __shared__ __align__(128) uint16_t dec_smem[]; // the warps' rings; after the loop sO
     __shared__ __align__(16) uint16_t sQ[ROWS * LD];
     __shared__ float sWML[DEC_WARPS][2][ROWS];
@@ -1005,7 +1013,7 @@ typedef struct dec_kernel {
 //   swizzled, CUDA-core / tensor-core / CUDNN:  B 16 kv 4k 3556 / 3848 / 4080, 16k 4174 / 4253 /
 //   4436, 64k 4351 / 4369 / 4546; B 64 kv 4k 3942 / 4189 / 4328, 16k 4106 / 4442 / 4445, 64k
 //   4155 / 4505 / 4466
-// The tensor-core kernel needs 128 KB of shared memory per CTA (its rings): devices that allow less
+// The tensor-core kernel asks for 128 KB of shared memory per CTA (dec_mma_shape): devices that allow less
 // per block (sm_86 / sm_89: 99 KB) run the CUDA-core kernel.
 template <typename T>
 static dec_kernel pick_kernel(const flashc_problem *p, int fast, int smem_optin) {
