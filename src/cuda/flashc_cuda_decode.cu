@@ -909,7 +909,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
 
 // ------------------------------------------------------------------------------------------------
 // 3. the merge: lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s, one warp per row.
-// In fp32 as merge_splits: lse = M + log(sum_s exp(lse_s - M)) with M = max_s lse_s, weights
+// In fp32, with M = max_s lse_s: lse = M + log(sum_s exp(lse_s - M)), weights
 // exp((lse_s - M) - log(sum)). lse_s - M is exact for the parts that matter (Sterbenz) and log(sum)
 // <= log(n_parts) is small, so a weight carries a few ulp of error, where an fp32 exp(lse_s - lse)
 // would carry the rounding of lse (1e-6 relative at |lse| ~ 1e2). The fp64 version this replaces
