@@ -92,6 +92,18 @@ static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[BM / 2], u
     wgmma_commit();
 }
 
+// The D = 256 kernels' X Y^T for 32 columns, one commit group: rows x0 .. x0 + 63 of the XR-row
+// tile at sX against rows y0 .. y0 + 31 of the YR-row tile at sY, both K-major, K = D in steps of
+// 16 (S = Q K^T, dP = dO V^T, or transposed).
+template <typename T, int D>
+static __device__ __forceinline__ void sm90_issue_32(float (&acc)[16], uint32_t sX, int XR, int x0, uint32_t sY, int YR,
+                                                     int y0) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_ss<T, 32>(acc, sm90_desc_kmajor(sX, XR, x0, kk), sm90_desc_kmajor(sY, YR, y0, kk), kk);
+    wgmma_commit();
+}
+
 // S^T (keys x queries, raw k.q) -> P^T = exp2(S scale log2e - lse2_q) (0 where masked), in place
 // as P^T dsf (dsf = 1 - tanh^2 under softcap, else 1: what dS^T needs), and P^T packed as the A
 // fragments of dV += P^T dO_i. The m64n64 accumulator layout: element i of this thread is key
@@ -502,14 +514,8 @@ __global__ void __launch_bounds__(384, 1)
             // S^T_w = K_j Q_w^T, dP^T_w = V_j dO_w^T: two groups, K = D in 16 steps
             float S[16], dP[16];
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                wgmma_ss<T, 32>(S, sm90_desc_kmajor(sK, BN, 0, kk), sm90_desc_kmajor(sQs, BM, qw, kk), kk);
-            wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                wgmma_ss<T, 32>(dP, sm90_desc_kmajor(sV, BN, 0, kk), sm90_desc_kmajor(sdOs, BM, qw, kk), kk);
-            wgmma_commit();
+            sm90_issue_32<T, D>(S, sK, BN, 0, sQs, BM, qw);
+            sm90_issue_32<T, D>(dP, sV, BN, 0, sdOs, BM, qw);
 
             // lse2 and D of this thread's queries mm0 + qw + 8 j + 2 c, +1 (padded rows: +inf, 0)
             const int64_t r0 = ws_row(p, b, h, s) + mm0 + qw + 2 * c;
@@ -716,14 +722,8 @@ __global__ void __launch_bounds__(384, 1)
 
             float S[16], dP[16];
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                wgmma_ss<T, 32>(S, sm90_desc_kmajor(sQ, BM, 0, kk), sm90_desc_kmajor(sK, BN, 32 * wg, kk), kk);
-            wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                wgmma_ss<T, 32>(dP, sm90_desc_kmajor(sdO, BM, 0, kk), sm90_desc_kmajor(sV, BN, 32 * wg, kk), kk);
-            wgmma_commit();
+            sm90_issue_32<T, D>(S, sQ, BM, 0, sK, BN, 32 * wg);
+            sm90_issue_32<T, D>(dP, sdO, BM, 0, sV, BN, 32 * wg);
 
             const bool masked = !(n0 >= full_lo && n0 + BN <= full_hi);
             wgmma_wait<1>();
