@@ -18,15 +18,7 @@
 
 #include "cuda/flashc_cuda_fwd.cuh"
 #include "cuda/flashc_sm90_fwd.cuh"
-
-#define CK(...)                                                                                           \
-    do {                                                                                                  \
-        cudaError_t e_ = (__VA_ARGS__);                                                                   \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #__VA_ARGS__, cudaGetErrorString(e_)); \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
+#include "lab.h"
 
 typedef __nv_bfloat16 bf16;
 typedef cudaError_t (*fwd_fn)(flashc_fwd_params *, cudaStream_t);

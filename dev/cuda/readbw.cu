@@ -23,15 +23,7 @@
 #include <vector>
 
 #include "cuda/flashc_sm90.cuh"
-
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "lab.h"
 
 template <int U>
 __global__ void ldg_kernel(const uint4 *x, size_t n, unsigned *sink) {
