@@ -11,7 +11,8 @@
 //   kv_dec      the decode kernel's grid and cp.async rings without its math: per-head CTAs with
 //               per-step jitter ("drift") or whole-row CTAs of 8 warps (B = 16, S = 16k), then
 //               per-head CTAs on K alone or K and V (B = 16, S = 16k / 64k)
-//   kv_cpasync  the KV pattern by per-warp cp.async rings (the decode kernel's load path)
+//   kv_cpasync  the KV pattern by per-warp cp.async rings (the decode kernel's load path): kv_dec
+//               over the whole buffer as one sequence, K alone
 //   kv_bulkdec  the decode grid by per-warp rings of 1-D bulk copies, one per 256-byte row (first)
 //   kvall_tma   whole 2 KB rows per CTA by 2-D TMA boxes (16 boxes of 64 columns, 128-byte swizzle)
 //   kv_tma      one head per CTA by 2-D TMA boxes of 128 columns x BOX rows
@@ -116,47 +117,14 @@ __global__ void kv_tma_kernel(const __grid_constant__ CUtensorMap map, int rows,
     if (acc == 0x12345678u) *sink = acc;
 }
 
-// the KV pattern by cp.async 16 B (the decode kernel's load path, no math): CTA (head, row slice),
-// each warp a ring of NST stages of 16 rows x 256 bytes, a quarter of the slice per warp
-template <int NST>
-__global__ void kv_cpasync_kernel(const char *x, int rows, unsigned *sink) {
-    extern __shared__ __align__(1024) char sm[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int per = rows / gridDim.x, per_w = per / 4, r0 = blockIdx.x * per + warp * per_w;
-    const int steps = per_w / 16;
-    const char *base = x + (size_t)blockIdx.y * 256 + lane % 16 * 16;
-    const uint32_t ring = smem_u32(sm) + warp * NST * 4096;
-    auto load = [&](int t) {
-        const uint32_t dst = ring + (t % NST) * 4096 + lane % 16 * 16;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int r = lane / 16 * 8 + k;
-            cp_async_16(dst + r * 256, base + (size_t)(r0 + t * 16 + r) * 2048, 16);
-        }
-    };
-    for (int t = 0; t < NST - 1; t++) {
-        if (t < steps) load(t);
-        cp_async_commit();
-    }
-    unsigned acc = 0;
-    for (int t = 0; t < steps; t++) {
-        if (t + NST - 1 < steps) load(t + NST - 1);
-        cp_async_commit();
-        cp_async_wait<NST - 1>();
-        __syncwarp();
-        acc ^= *(volatile unsigned *)(sm + warp * NST * 4096 + (t % NST) * 4096 + lane * 128);
-        __syncwarp();
-    }
-    if (acc == 0x12345678u) *sink = acc;
-}
-
 // the decode kernel's grid and loads without its math: K and (if v) V of (B, S, 8, 128). WPH = 0:
 // CTA (split blockIdx.x, head blockIdx.y, sequence blockIdx.z), its 4 warps a quarter of the split's
 // rows each; WPH = 1: CTA (split, sequence) of 8 warps, warp w reading head w of all the split's
 // rows (one CTA reads whole 2 KB rows). drift > 0: each warp spins up to drift clocks per step (the
-// math's jitter).
+// math's jitter). A warp stage is `stage` bytes: K_j's 16 rows x 256, then V_j's (8192), or K_j
+// alone (4096, v = NULL: B = 1 and S = all rows make it the plain KV pattern over the buffer).
 template <int NST, int WPH>
-__global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, unsigned *sink) {
+__global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, int stage, unsigned *sink) {
     extern __shared__ __align__(1024) char sm[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int per = S / gridDim.x, per_w = WPH ? per : per / 4;
@@ -164,9 +132,9 @@ __global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, un
     const size_t r0 = (size_t)seq * S + blockIdx.x * per + (WPH ? 0 : warp * per_w);
     const int steps = per_w / 16;
     const size_t off = (size_t)head * 256 + lane % 16 * 16;
-    const uint32_t ring = smem_u32(sm) + warp * NST * 8192;
+    const uint32_t ring = smem_u32(sm) + warp * NST * stage;
     auto load = [&](int t) {
-        const uint32_t dst = ring + (t % NST) * 8192 + lane % 16 * 16;
+        const uint32_t dst = ring + (t % NST) * stage + lane % 16 * 16;
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) {
             const int r = lane / 16 * 8 + kk;
@@ -184,7 +152,7 @@ __global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, un
         cp_async_commit();
         cp_async_wait<NST - 1>();
         __syncwarp();
-        acc ^= *(volatile unsigned *)(sm + warp * NST * 8192 + (t % NST) * 8192 + lane * 128);
+        acc ^= *(volatile unsigned *)(sm + warp * NST * stage + (t % NST) * stage + lane * 128);
         if (drift) {
             h = h * 1664525u + 1013904223u;
             const long long t0 = clock64(), d = (h >> 8) % drift;
@@ -274,7 +242,7 @@ int main() {
                 const int sm3 = 3 * 4 * 8192, sm4 = 4 * 4 * 8192;
                 CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm3));
                 printf("kv_dec     3 stages B %d S %5d splits %d (%4d CTAs): %.0f\n", B, S, ns, ns * 8 * B,
-                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, sm3>>>(x, x + bytes / 2, S, 0, sink); }));
+                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, sm3>>>(x, x + bytes / 2, S, 0, 8192, sink); }));
                 CK(cudaFuncSetAttribute(kv_bulkdec_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm3));
                 printf("kv_bulkdec 3 stages B %d S %5d splits %d (%4d CTAs): %.0f\n", B, S, ns, ns * 8 * B,
                        gbps(kvb, [&] { kv_bulkdec_kernel<3><<<g, 128, sm3>>>(x, x + bytes / 2, S, sink); }));
@@ -349,7 +317,7 @@ int main() {
                 CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                 dim3 g(ns, 8, B);
                 printf("kv_dec per-head CTAs, drift %4d, B %d S %d splits %d (%4d CTAs): %.0f\n", drift, B, S, ns, ns * 8 * B,
-                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, smem>>>(x, x + bytes / 2, S, drift, sink); }));
+                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, smem>>>(x, x + bytes / 2, S, drift, 8192, sink); }));
             }
         for (int drift : {0, 600, 1200})
             for (int ns : {8, 16}) {
@@ -357,7 +325,7 @@ int main() {
                 CK(cudaFuncSetAttribute(kv_dec_kernel<3, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                 dim3 g(ns, B);
                 printf("kv_dec whole-row CTAs (8 warps), drift %4d, B %d S %d splits %d (%4d CTAs): %.0f\n", drift, B, S, ns,
-                       ns * B, gbps(kvb, [&] { kv_dec_kernel<3, 1><<<g, 256, smem>>>(x, x + bytes / 2, S, drift, sink); }));
+                       ns * B, gbps(kvb, [&] { kv_dec_kernel<3, 1><<<g, 256, smem>>>(x, x + bytes / 2, S, drift, 8192, sink); }));
             }
     }
     {
@@ -371,17 +339,18 @@ int main() {
                     CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
                     dim3 g(ns, 8, B);
                     printf("kv_dec %s B %2d S %5d splits %d (%4d CTAs): %.0f\n", two ? "K+V" : "K  ", B, S, ns, ns * 8 * B,
-                           gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, smem>>>(x, two ? x + bytes / 2 : NULL, S, 0, sink); }));
+                           gbps(kvb, [&] { kv_dec_kernel<3, 0><<<g, 128, smem>>>(x, two ? x + bytes / 2 : NULL, S, 0, 8192, sink); }));
                 }
     }
     for (int nst : {2, 3, 4})
         for (int ctas : {sms * 1, sms * 2, sms * 3, sms * 4}) {
             const int smem = nst * 4 * 4096;
             if (ctas % 8 || smem * (ctas / sms) > 220 * 1024) continue;
-            dim3 g(ctas / 8, 8);
-            auto fn = nst == 2 ? kv_cpasync_kernel<2> : nst == 3 ? kv_cpasync_kernel<3> : kv_cpasync_kernel<4>;
+            dim3 g(ctas / 8, 8, 1);
+            auto fn = nst == 2 ? kv_dec_kernel<2, 0> : nst == 3 ? kv_dec_kernel<3, 0> : kv_dec_kernel<4, 0>;
             CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            printf("kv_cpasync %d stages/warp %5d CTAs: %.0f\n", nst, ctas, gbps(bytes, [&] { fn<<<g, 128, smem>>>(x, rows, sink); }));
+            printf("kv_cpasync %d stages/warp %5d CTAs: %.0f\n", nst, ctas,
+                   gbps(bytes, [&] { fn<<<g, 128, smem>>>(x, NULL, rows, 0, 4096, sink); }));
         }
     {
         CUtensorMap m2;
