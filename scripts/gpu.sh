@@ -81,25 +81,26 @@ if want bench; then
     find bench/results -name '*-cuda*.jsonl' -newer "$LOG/.start" -exec cp {} "$LOG/" \; 2>/dev/null
 fi
 
+# compute-sanitizer --tool $1 over the command after the label ($2) and the log's name ($3); its
+# summary and the tests' count noted
+sanitize() {
+    tool=$1 label=$2 slog=$LOG/$3
+    shift 3
+    start=$(date +%s)
+    timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$slog" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$slog" | head -10
+    note "compute-sanitizer $label: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$slog" | tail -1) |" \
+         "$(grep -E 'passed.*failed' "$slog" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
+}
+
 if want sanitize; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for tool in memcheck racecheck; do
-            start=$(date +%s)
-            timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool $tool --error-exitcode 99 \
-                "$BUILD/test_flashc" --backend cuda --quick \
-                ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"} >"$LOG/$tool.log" 2>&1
-            t=$?
-            [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$LOG/$tool.log" | head -10
-            note "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/$tool.log" | tail -1) |" \
-                 "$(grep -E 'passed.*failed' "$LOG/$tool.log" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
+            sanitize $tool $tool $tool.log "$BUILD/test_flashc" --backend cuda --quick \
+                ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # the decode kernels and the merge: every KV-cache case (small caches)
-            start=$(date +%s)
-            timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool $tool --error-exitcode 99 \
-                "$BUILD/test_kvcache" --backend cuda >"$LOG/kv-$tool.log" 2>&1
-            t=$?
-            [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$LOG/kv-$tool.log" | head -10
-            note "compute-sanitizer $tool (test_kvcache): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/kv-$tool.log" | tail -1) |" \
-                 "$(grep -E 'passed.*failed' "$LOG/kv-$tool.log" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
+            sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
         done
     else
         note "compute-sanitizer: not installed: skipped"
