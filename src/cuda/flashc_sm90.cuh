@@ -104,6 +104,15 @@ static __device__ __forceinline__ void bulk_reduce_add_f32(float *gdst, uint32_t
                  : "memory");
 }
 
+// The same through a tensor map: the box at element coordinates (c0 innermost, c1, 0, 0) of an
+// sm90_tma_map of fp32 added from shared memory, where it lies in the map's swizzled layout.
+static __device__ __forceinline__ void tma_reduce_add_f32(const CUtensorMap *map, uint32_t ssrc, int c0, int c1) {
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3, %3}], [%4];\n" ::"l"(
+                     (uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(0), "r"(ssrc)
+                 : "memory");
+}
+
 static __device__ __forceinline__ void bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // This thread's bulk groups have finished reading shared memory (all but the newest N).
@@ -217,7 +226,7 @@ static __device__ __forceinline__ void reg_dealloc(void) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// Host: a rank-4 map (dim 0 contiguous, strides in bytes) of 1- or 2-byte elements, 128-byte
+// Host: a rank-4 map (dim 0 contiguous, strides in bytes) of 1-, 2- or 4-byte (fp32) elements, 128-byte
 // swizzle, box {128 bytes, box_rows, 1, 1}: one 128-byte column block of box_rows rows, written
 // in the layout of sw128_offset. A dimension of extent 1 gets stride 16 (never used). False when
 // the driver refuses (strides not multiples of 16 or >= 2^40, ...): the caller falls back.
@@ -244,7 +253,10 @@ static inline bool sm90_tma_map(CUtensorMap *map, const void *base, int es, cons
         st[i] = dim[i + 1] > 1 ? (cuuint64_t)stride_bytes[i] : 16;
     }
     const cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1}, estr[4] = {1, 1, 1, 1};
-    return encode(map, es == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, (void *)base, d, st,
+    return encode(map, es == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                       : es == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                  4, (void *)base, d, st,
                   box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

@@ -28,11 +28,16 @@
 //                            K_j N-major                                (line 15)
 //   dK_w   += dS^T Q_i       wgmma RS m64nD, Q_i N-major, issued after dQ_i so that it runs
 //                            while dQ_i goes out                        (line 16)
-//     dQ_i goes to an fp32 tile in shared memory and from there into dq_acc by one bulk
-//     reduction (cp.reduce.async.bulk .add.f32) per row instead of 8-byte atomics;
-//     D = 128: warpgroup w adds columns 64w..64w+63 over all 128 keys (dS^T of both warpgroups);
-//     D = 64:  warpgroup w adds all 64 columns over its own 64 keys (no N split inside a swizzle
-//              row), into its own tile.
+//     dQ_i goes to an fp32 tile in shared memory and from there into dq_acc by TMA reductions
+//     (cp.reduce.async.bulk.tensor .add, two 64 x 32 boxes per warpgroup) instead of atomics;
+//     each warpgroup's 64 x 64 part sums over all 128 keys (dS^T of both warpgroups):
+//     D = 128: warpgroup w adds columns 64w..64w+63 of the 64 query rows;
+//     D = 64:  warpgroup w adds rows 64w..64w+63 of the 128, all 64 columns (no N split inside
+//              a swizzle row).
+// H200, 2026-12-01 (bench/results/h200-2026-12-01-s8-bwd-ab.txt, one process, S = 512..16k):
+// this and the band mask of sm90_p against one bulk reduction per 256-byte row (a serialised
+// loop of 32 issues on two warps of each warpgroup per step) and per-query key bounds on every
+// block: D = 64 1.12-1.28x, D = 128 1.02-1.38x, D = 256 (the band only) 1.00-1.04x.
 // H200 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k, D = 128, one run), TFLOP/s
 // non-causal / causal at S = 1k, 4k, 8k: this loop 256 / 200, 302 / 283, 311 / 305; with dK
 // before the dS barrier (dK overlapping the barrier instead of the dQ tile store) 250 / 195,
@@ -104,19 +109,39 @@ static __device__ __forceinline__ void sm90_issue_32(float (&acc)[16], uint32_t 
     wgmma_commit();
 }
 
+// The keys query q sees, key_lo(q) <= key < key_hi(q), as a band on the diagonal distance
+// d = key - q: dlo <= d <= dhi (INT_MIN / INT_MAX where the window is unbounded), and key < sk.
+// One subtraction and two compares per score instead of key_lo / key_hi per query (64-bit
+// arithmetic and branches: ~8 instructions per score in sm90_p at D = 64 by the SASS, where the
+// band takes 3 and an unmasked block none).
+typedef struct sm90_band {
+    int dlo, dhi;
+} sm90_band;
+
+static __device__ __forceinline__ sm90_band sm90_key_band(const flashc_cuda_attn &a, const flashc_cuda_seq &s) {
+    const long long off = (long long)s.sk - s.sq;
+    const long long lo = a.window_left < 0 ? INT_MIN : off - a.window_left;
+    const long long hi = a.window_right < 0 ? INT_MAX : off + a.window_right;
+    return {(int)max(min(lo, (long long)INT_MAX), (long long)INT_MIN), (int)max(min(hi, (long long)INT_MAX), (long long)INT_MIN)};
+}
+
 // S^T (keys x queries, raw k.q) -> P^T = exp2(S scale log2e - lse2_q) (0 where masked), in place
 // as P^T dsf (dsf = 1 - tanh^2 under softcap, else 1: what dS^T needs), and P^T packed as the A
 // fragments of dV += P^T dO_i. The m64n64 accumulator layout: element i of this thread is key
 // kr0 + 8 ((i >> 1) & 1), query q0 + 8 (i >> 2) + (i & 1); l2: lse2 of query q0 + 8 j + e at
 // index 2 j + e; A fragment k4 (queries 16 k4 ..) register r = elements 8 k4 + 2 r, + 1.
-// The same math as bwd_p_ds_tile of flashc_cuda_bwd.cuh, transposed.
+// The same math as bwd_p_ds_tile of flashc_cuda_bwd.cuh, transposed. The plain logits test the
+// band where MASKED and nothing else (a block whose every key every query sees); TRANSFORM (softcap,
+// ALiBi: rare, and long) takes each query's bounds where the runtime flag masked says so, as all
+// of them did before: the band's registers made ptxas spill 172 bytes there at D = 64.
 // NS = 32 for the m64n64 tile (64 queries), 16 for m64n32 (the D = 256 kernel's 32 queries); the
 // pair j of lse2 values is at sl2q + LS j (LS = 8: the smem row of lse2_i; 2: a float2 array).
-template <typename T, bool TRANSFORM, int NS, int LS = 8>
+template <typename T, bool TRANSFORM, bool MASKED, int NS, int LS = 8>
 static __device__ __forceinline__ void sm90_p(float (&S)[NS], uint32_t (&aP)[NS / 8][4], const flashc_cuda_attn &a,
-                                              const flashc_cuda_seq &s, const float *sl2q, int kr0, int q0,
-                                              float slope, bool masked) {
+                                              const flashc_cuda_seq &s, sm90_band band, const float *sl2q, int kr0,
+                                              int q0, float slope, bool masked) {
     const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
+    const bool key_ok[2] = {kr0 < s.sk, kr0 + 8 < s.sk};
 #pragma unroll
     for (int j = 0; j < NS / 4; j++) {
         const float2 lv = *(const float2 *)(sl2q + LS * j); // read here, not kept in registers
@@ -124,20 +149,21 @@ static __device__ __forceinline__ void sm90_p(float (&S)[NS], uint32_t (&aP)[NS 
         float P[2][2]; // [hh][e]
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int q = q0 + 8 * j + e;
-            int lo = 0, hi = 0x7fffffff;
-            if (masked) {
+            const int q = q0 + 8 * j + e, diag = q + s.sk - s.sq;
+            int lo = 0, hi = 0x7fffffff; // TRANSFORM: the bounds of each query, behind a branch
+            if (TRANSFORM && masked) {
                 lo = key_lo(a, q, s.sq, s.sk);
                 hi = key_hi(a, q, s.sq, s.sk);
             }
-            const int diag = q + s.sk - s.sq;
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int i = 4 * j + 2 * hh + e, key = kr0 + 8 * hh;
                 float dsf;
                 const float x = bwd_logit<TRANSFORM>(S[i], a, diag - key, slope, &dsf);
                 float Pv = ex2(fmaf(x, sl2, -l2[e]));
-                if (key < lo || key >= hi) Pv = 0.f;
+                if (TRANSFORM ? key < lo || key >= hi
+                              : MASKED && !(key_ok[hh] && key - q >= band.dlo && key - q <= band.dhi))
+                    Pv = 0.f;
                 P[hh][e] = Pv;
                 S[i] = Pv * dsf;
             }
@@ -174,17 +200,18 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float
 static constexpr __host__ __device__ int flashc_sm90_bwd_bm(int D) { return D == 64 ? 128 : FLASHC_SM90_BWD_BM; }
 
 // Shared memory (bytes, from a 1024-aligned base) with its 2 consumer warpgroups (BN = 128 keys) and a
-// STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [BN x BM]; lse2_i,
-// D_i [STAGES][BM] fp32; the dQ_i tile (fp32 [BM][D + 8]; the 8 floats of padding put the rows
-// g = 0..3 of an accumulator store on different banks); 64 bytes of mbarriers; + 1024 to align.
+// STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [BN x BM]; the dQ_i
+// tile (fp32, BM x D in 128-byte swizzled boxes of 64 rows x 32 columns, as the dq map reads them);
+// lse2_i, D_i [STAGES][BM] fp32; 64 bytes of mbarriers; + 1024 to align.
 static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int STAGES = 2) {
     return 2 * 128 * D * 2 + 2 * STAGES * flashc_sm90_bwd_bm(D) * D * 2 + 128 * flashc_sm90_bwd_bm(D) * 2 +
-           2 * STAGES * flashc_sm90_bwd_bm(D) * 4 + flashc_sm90_bwd_bm(D) * (D + 8) * 4 + 64 + 1024;
+           flashc_sm90_bwd_bm(D) * D * 4 + 2 * STAGES * flashc_sm90_bwd_bm(D) * 4 + 64 + 1024;
 }
 
 // The TMA maps of the warp-specialized mode (Q and dO, boxes of BM rows x 64 columns).
 typedef struct flashc_sm90_bwd_maps {
     CUtensorMap q, dout, k, v; // k, v: the D = 256 dQ kernel's
+    CUtensorMap dq;            // dq_acc [ws_rows][D] fp32, boxes of 64 rows x 32 columns: the D <= 128 kernel's
 } flashc_sm90_bwd_maps;
 
 // Two consumer warpgroups: 256 threads, BN = 128, one CTA per SM (242 registers at D = 128 in the
@@ -206,11 +233,11 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     constexpr bool COLS = D >= 128;
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + STAGES * TILE_Q;
-    constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_L = OFF_DS + BN * BM * 2, OFF_DL = OFF_L + STAGES * BM * 4;
-    constexpr int OFF_DQ = OFF_L + 2 * STAGES * BM * 4, LDQ = D + 8; // fp32 dQ_i tiles, row stride LDQ floats
-    constexpr int OFF_BAR = OFF_DQ + BM * LDQ * 4;
+    constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_DQ = OFF_DS + BN * BM * 2; // dQ_i: 2 x 16 KB, 1024-aligned
+    constexpr int OFF_L = OFF_DQ + BM * D * 4, OFF_DL = OFF_L + STAGES * BM * 4, OFF_BAR = OFF_DL + STAGES * BM * 4;
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(COLS ? BM == 64 : BM == 128, "the dQ_i split");
+    static_assert(OFF_DQ % 1024 == 0 && BM * D * 4 == 2 * 16384, "dQ_i: two warpgroup tiles of 64 x 64 fp32");
     static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, STAGES), "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
 
@@ -228,6 +255,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     int mb_begin, n_mb;
     query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
     const int count = n_mb * p.a.group; // (query head of the group, query block) pairs
+    const sm90_band band = sm90_key_band(p.a, s);
 
     // step it reads head h_kv group + it / n_mb, query block mb_begin + it % n_mb, ring slot it % STAGES
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
@@ -317,8 +345,9 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             wgmma_wait<1>();
             reg_fence(S);
             uint32_t aP[BM / 16][4], adS[BM / 16][4];
-            if (p.a.transform) sm90_p<T, true>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
-            else sm90_p<T, false>(S, aP, p.a, s, l2, kr0, mm0 + 2 * c, slope, masked);
+            if (p.a.transform) sm90_p<T, true, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
+            else if (masked) sm90_p<T, false, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, true);
+            else sm90_p<T, false, false>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, false);
             wgmma_fence();
 #pragma unroll
             for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024), 1);
@@ -344,11 +373,14 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             else __syncthreads(); // dS^T of every warpgroup is in shared memory
 
             // dQ_i += dS K_j                           (line 15), rows 64 rb .. and columns 64 cb .. of
-            // the tile (COLS: rb = 0, cb = wg; else rb = wg, cb = 0), through the shared dQ tile and
-            // one bulk reduction per row into dq_acc; dK_w behind it
-            float *acc = p.dq_acc + (ws_row(p, b, h, s) + mm0) * (int64_t)D; // padded rows absorb i >= sq
-            float *sdQ = (float *)(sbase + OFF_DQ);
+            // the tile (COLS: rb = 0, cb = wg; else rb = wg, cb = 0), through this warpgroup's 16 KB
+            // of the shared dQ tile into dq_acc by two TMA reductions (64 rows x 32 columns each,
+            // 128-byte swizzle: 16-byte chunk k of row r at k ^ (r & 7), and r & 7 = g here). One
+            // bulk reduction per 256-byte row, as before, cost 32 serialised issues (ELECT loops) on
+            // two warps of each warpgroup per step. dK_w runs behind it.
             const int cb = COLS ? wg : 0, rb = COLS ? 0 : wg;
+            const uint32_t sdQ = base + OFF_DQ + wg * 16384;
+            char *sdQp = sbase + OFF_DQ + wg * 16384;
             float dQ[32];
             wgmma_fence();
 #pragma unroll
@@ -365,14 +397,17 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++)
-                    *(float2 *)(sdQ + (64 * rb + wl * 16 + g + 8 * hh) * LDQ + cb * 64 + 8 * j + 2 * c) =
+                for (int hh = 0; hh < 2; hh++) {
+                    const int row = wl * 16 + g + 8 * hh, chunk = 2 * (j & 3) + (c >> 1); // columns 8 j + 2 c, + 1
+                    *(float2 *)(sdQp + (j >> 2) * 8192 + row * 128 + ((chunk ^ g) << 4) + (c & 1) * 8) =
                         make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]);
+                }
             fence_proxy_async_smem();
             bar_sync(1 + wg, 128); // this warpgroup's part of the tile is written
-            if ((tid & 127) < 64) {
-                const int r = 64 * rb + (tid & 127), c0 = 64 * cb;
-                bulk_reduce_add_f32(acc + r * D + c0, smem_u32(sdQ + r * LDQ + c0), 64 * 4);
+            if ((tid & 127) == 0) {
+                const int r = (int)(ws_row(p, b, h, s) + mm0) + 64 * rb; // padded rows absorb i >= sq
+                tma_reduce_add_f32(&maps.dq, sdQ, 64 * cb, r);
+                tma_reduce_add_f32(&maps.dq, sdQ + 8192, 64 * cb + 32, r);
                 bulk_commit();
             }
             wgmma_wait<0>(); // dK_w: Q_i is free for the load of step it + STAGES
@@ -463,6 +498,7 @@ __global__ void __launch_bounds__(384, 1)
     int mb_begin, n_mb;
     query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
     const int count = n_mb * p.a.group; // step it: head h_kv group + it / n_mb, query block mb_begin + it % n_mb
+    const sm90_band band = sm90_key_band(p.a, s);
 
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
     if (threadIdx.x == 0) {
@@ -535,8 +571,10 @@ __global__ void __launch_bounds__(384, 1)
             wgmma_wait<1>();
             reg_fence(S);
             uint32_t aP[2][4], adS[2][4];
-            if (p.a.transform) sm90_p<T, true, 16, 2>(S, aP, p.a, s, (const float *)l2, kr0, mm0 + qw + 2 * c, slope, masked);
-            else sm90_p<T, false, 16, 2>(S, aP, p.a, s, (const float *)l2, kr0, mm0 + qw + 2 * c, slope, masked);
+            const float *l2f = (const float *)l2;
+            if (p.a.transform) sm90_p<T, true, true, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, masked);
+            else if (masked) sm90_p<T, false, true, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, true);
+            else sm90_p<T, false, false, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, false);
             bar_sync(4, NTHREADS); // the previous step's products are done with P^T and dS^T
 #pragma unroll
             for (int k4 = 0; k4 < 2; k4++)
@@ -789,10 +827,19 @@ static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bw
            (!kv || (sm90_tma_map(&m->k, p->k, 2, kdim, kst, 64) && sm90_tma_map(&m->v, p->v, 2, kdim, vst, 64)));
 }
 
+// The D <= 128 kernel's dq_acc map: [ws_rows][D] fp32, boxes of 64 rows x 32 columns; false (the
+// caller runs the mma.sync backward) for a workspace not 128-byte aligned or rows past int32.
+template <int D>
+static bool flashc_sm90_bwd_dq_map(const flashc_bwd_params *p, CUtensorMap *m) {
+    if (((uintptr_t)p->dq_acc & 127) || p->ws_rows > 0x7fffffffLL) return false;
+    const uint64_t dim[4] = {(uint64_t)D, (uint64_t)p->ws_rows, 1, 1};
+    const int64_t st[3] = {D * 4, 16, 16};
+    return sm90_tma_map(m, p->dq_acc, 4, dim, st, 64);
+}
+
 template <typename T, int D, bool WS, int STAGES>
-static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, cudaStream_t stream) {
-    flashc_sm90_bwd_maps maps;
-    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps, false)) return flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, stream);
+static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, flashc_sm90_bwd_maps maps, cudaStream_t stream) {
+    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps, false)) return flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream);
     constexpr int smem = flashc_sm90_bwd_smem(D, STAGES), BN = 128;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
@@ -835,6 +882,8 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
     if constexpr (D == 256) {
         return flashc_cuda_bwd_sm90_d256<T>(p, stream);
     } else {
+        flashc_sm90_bwd_maps maps;
+        if (!flashc_sm90_bwd_dq_map<D>(p, &maps.dq)) return flashc_cuda_bwd_launch<T, D>(p, stream);
         p->D_pad = D;
         if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
         cudaError_t e;
@@ -842,11 +891,11 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
         // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
         // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
         // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
-        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, stream); // see the top
+        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream); // see the top
         else
-            e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, stream)
-                : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, true, 3>(p, stream)
-                                                       : flashc_cuda_bwd_sm90_main<T, D, true, 2>(p, stream);
+            e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream)
+                : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, true, 3>(p, maps, stream)
+                                                       : flashc_cuda_bwd_sm90_main<T, D, true, 2>(p, maps, stream);
         if (e != cudaSuccess) return e;
         return flashc_cuda_bwd_finish<T, D>(p, stream);
     }
