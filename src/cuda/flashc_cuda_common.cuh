@@ -169,7 +169,12 @@ static __device__ __forceinline__ void key_blocks_of_rows(const flashc_cuda_attn
 // By default the (batch, kv head)s of one key block are neighbours, so they run at the same time;
 // with heads_outer the key blocks of one (batch, kv head) are, so its Q_i, dO_i stream from L2 to
 // all of them. H200 (bench/results/h200-2026-12-01-bwd-order.txt, one process): heads_outer ran
-// 1.01-1.16x at D = 256 (the sm90 dK/dV kernel, which uses it), 0.95-1.02x at D = 64 and 128.
+// 1.01-1.16x at D = 256 (the sm90 dK/dV kernel, which uses it), 0.95-1.02x at D = 64 and 128 while
+// their dQ reduction was issue-bound; once it went to TMA (h200-2026-12-01-s8-bwd-order.txt) the
+// default order was bound by HBM at short S (each wave's CTAs, all of different heads, stream
+// Q_i / dO_i and add into dq_acc from HBM) and heads_outer ran D = 128 1.20-1.38x at S = 512-4096
+// non-causal (1.01 at 16k), D = 64 1.00-1.06x: the sm90 D <= 128 kernel uses it too. Rotating
+// each CTA's query blocks (so that a head's CTAs add to different rows) was 1-2% slower still.
 static __device__ __forceinline__ void bwd_key_block_of_cta(const flashc_cuda_attn &a, int *n_block, int *b, int *h_kv,
                                                             bool heads_outer = false) {
     const int BHk = a.B * a.H_kv;

@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 
     // --- which (key block, batch, kv head), and the query rows that see some of its keys ---------
     int n_block, b, h_kv;
-    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv);
+    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv, true); // a head's key blocks side by side: see there
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int n0 = n_block * BN;
     if (n0 >= s.sk_len) return;
