@@ -316,10 +316,13 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
 // ------------------------------------------------------------------------------------------------
 // backward
 
-// Workspace layout (each array 256-byte aligned), rows as ws_row() in flashc_cuda_common.cuh:
+// Workspace layout (each array at a 256-byte offset), rows as ws_row() in flashc_cuda_common.cuh:
 //   lse2   fp32 [ws_rows]
 //   delta  fp32 [ws_rows]
-//   dq_acc fp32 [ws_rows][D_pad]      (not in deterministic mode)
+//   dq_acc fp32 [ws_rows][D_pad]      (not in deterministic mode), moved up to the next 128-byte
+//                                     boundary of the address (128 bytes of slack): the sm90
+//                                     kernels' TMA map of it needs that, and flashc.h asks the
+//                                     caller for 64-byte alignment only
 static void ws_layout(const flashc_problem *p, int64_t *rows_per_head, int64_t *rows, size_t *off_delta,
                       size_t *off_dq, size_t *total) {
     const int64_t sq_pad = ((int64_t)p->Sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD * FLASHC_WS_PAD;
@@ -328,7 +331,7 @@ static void ws_layout(const flashc_problem *p, int64_t *rows_per_head, int64_t *
     const size_t arr = ((size_t)*rows * sizeof(float) + 255) & ~(size_t)255;
     *off_delta = arr;
     *off_dq = 2 * arr;
-    *total = 2 * arr + (p->deterministic ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float));
+    *total = 2 * arr + (p->deterministic ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + 128);
 }
 
 static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
@@ -370,7 +373,7 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     ws_layout(p, &P.ws_rows_per_head, &P.ws_rows, &od, &oq, &total);
     P.lse2 = (float *)a->ws;
     P.delta = (float *)((char *)a->ws + od);
-    P.dq_acc = p->deterministic ? NULL : (float *)((char *)a->ws + oq);
+    P.dq_acc = p->deterministic ? NULL : (float *)(((uintptr_t)a->ws + oq + 127) & ~(uintptr_t)127);
     P.deterministic = p->deterministic;
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
