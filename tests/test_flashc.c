@@ -770,6 +770,7 @@ typedef struct session {
     dbuf lse;             // H * total_q floats with 16-float guard zones on each side
     uint8_t *lse_img;
     dbuf cuq, cuk, used, slopes, ws;
+    size_t ws_off;        // the caller's workspace starts this many bytes into ws (mode 2), which stay poisoned
     int64_t n_lse;
     char err[256];
 } session;
@@ -917,6 +918,7 @@ static void session_snapshot(session *s) {
 // or the same 64 bytes into its allocation (mode 2: the least alignment flashc.h promises to take).
 static int session_ws(session *s, int bwd, int mode, void **ws, size_t *ws_size) {
     *ws = NULL, *ws_size = 0;
+    s->ws_off = 0;
     if (!mode) return 1;
     size_t need = bwd ? flashc_bwd_workspace_size(s->ctx, &s->d) : flashc_fwd_workspace_size(s->ctx, &s->d);
     if (!need) return 1;
@@ -926,6 +928,7 @@ static int session_ws(session *s, int bwd, int mode, void **ws, size_t *ws_size)
     memset(s->ws.host, 0xFF, need + off); // NaN in every float: a workspace must not need initialising
     if (!dbuf_put(s->ctx, &s->ws)) return 0;
     *ws = (char *)s->ws.dev + off, *ws_size = need;
+    s->ws_off = off;
     return 1;
 }
 
@@ -1089,6 +1092,15 @@ static int check_untouched(session *s, int bwd, char *msg, size_t n) {
                 break;
             }
         }
+    }
+    if (s->ws_off) { // the bytes before a caller's workspace are not the library's
+        if (!dbuf_get(s->ctx, &s->ws)) return 0;
+        for (size_t e = 0; e < s->ws_off; e++)
+            if (((const uint8_t *)s->ws.host)[e] != 0xFF) {
+                k += (size_t)snprintf(msg + k, n - k, " | wrote byte %lld before the workspace", (long long)e - (long long)s->ws_off);
+                ok = 0;
+                break;
+            }
     }
     if (!dbuf_get(s->ctx, &s->lse)) return 0;
     const float *l = s->lse.host, *was = (const float *)s->lse_img;

@@ -331,7 +331,7 @@ static void ws_layout(const flashc_problem *p, int64_t *rows_per_head, int64_t *
     const size_t arr = ((size_t)*rows * sizeof(float) + 255) & ~(size_t)255;
     *off_delta = arr;
     *off_dq = 2 * arr;
-    *total = 2 * arr + (p->deterministic ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + 128);
+    *total = 2 * arr + (p->deterministic || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + 128);
 }
 
 static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {

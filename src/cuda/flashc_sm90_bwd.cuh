@@ -828,7 +828,8 @@ static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bw
 }
 
 // The D <= 128 kernel's dq_acc map: [ws_rows][D] fp32, boxes of 64 rows x 32 columns; false (the
-// caller runs the mma.sync backward) for a workspace not 128-byte aligned or rows past int32.
+// caller runs the mma.sync backward) for rows past int32, no rows, or a dq_acc not 128-byte
+// aligned (cuda_bwd aligns it inside the workspace, so only a guard).
 template <int D>
 static bool flashc_sm90_bwd_dq_map(const flashc_bwd_params *p, CUtensorMap *m) {
     if (((uintptr_t)p->dq_acc & 127) || p->ws_rows > 0x7fffffffLL) return false;
