@@ -92,20 +92,12 @@ static __device__ __forceinline__ void bar_arrive(int id, int nthreads) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// bulk reduction shared -> global (cp.reduce.async.bulk, PTX ISA 8.0, sm_90): the async proxy adds
-// `bytes` of fp32 from shared memory into global memory elementwise, in whole L2 lines instead of
-// one 8-byte atomic per thread. Both addresses 16-byte aligned, bytes a multiple of 16. The writers
-// of the source run fence_proxy_async_smem and a barrier before the issuing thread starts it; the
-// issuing thread waits (bulk_wait_read) before anyone overwrites the source.
-
-static __device__ __forceinline__ void bulk_reduce_add_f32(float *gdst, uint32_t ssrc, int bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst), "r"(ssrc),
-                 "r"(bytes)
-                 : "memory");
-}
-
-// The same through a tensor map: the box at element coordinates (c0 innermost, c1, 0, 0) of an
-// sm90_tma_map of fp32 added from shared memory, where it lies in the map's swizzled layout.
+// bulk reduction shared -> global through a tensor map (cp.reduce.async.bulk.tensor, PTX ISA 8.0,
+// sm_90): the async proxy adds the box at element coordinates (c0 innermost, c1, 0, 0) of an
+// sm90_tma_map of fp32 from shared memory, where it lies in the map's swizzled layout, into global
+// memory elementwise, in whole L2 lines instead of one atomic per thread. The writers of the
+// source run fence_proxy_async_smem and a barrier before the issuing thread starts it; the issuing
+// thread waits (bulk_wait_read) before anyone overwrites the source.
 static __device__ __forceinline__ void tma_reduce_add_f32(const CUtensorMap *map, uint32_t ssrc, int c0, int c1) {
     asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3, %3}], [%4];\n" ::"l"(
                      (uint64_t)map),

@@ -346,8 +346,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             reg_fence(S);
             uint32_t aP[BM / 16][4], adS[BM / 16][4];
             if (p.a.transform) sm90_p<T, true, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
-            else if (masked) sm90_p<T, false, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, true);
-            else sm90_p<T, false, false>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, false);
+            else if (masked) sm90_p<T, false, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
+            else sm90_p<T, false, false>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
             wgmma_fence();
 #pragma unroll
             for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024), 1);
@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             // bulk reduction per 256-byte row, as before, cost 32 serialised issues (ELECT loops) on
             // two warps of each warpgroup per step. dK_w runs behind it.
             const int cb = COLS ? wg : 0, rb = COLS ? 0 : wg;
-            const uint32_t sdQ = base + OFF_DQ + wg * 16384;
+            const uint32_t sdQ = base + OFF_DQ + wg * 16384; // for the TMA; sdQp for this thread's stores
             char *sdQp = sbase + OFF_DQ + wg * 16384;
             float dQ[32];
             wgmma_fence();
@@ -573,8 +573,8 @@ __global__ void __launch_bounds__(384, 1)
             uint32_t aP[2][4], adS[2][4];
             const float *l2f = (const float *)l2;
             if (p.a.transform) sm90_p<T, true, true, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, masked);
-            else if (masked) sm90_p<T, false, true, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, true);
-            else sm90_p<T, false, false, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, false);
+            else if (masked) sm90_p<T, false, true, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, masked);
+            else sm90_p<T, false, false, 16, 2>(S, aP, p.a, s, band, l2f, kr0, mm0 + qw + 2 * c, slope, masked);
             bar_sync(4, NTHREADS); // the previous step's products are done with P^T and dS^T
 #pragma unroll
             for (int k4 = 0; k4 < 2; k4++)
