@@ -231,6 +231,19 @@ static inline void flashc__store(void *base, int64_t idx, flashc_dtype t, float 
     }
 }
 
+// base[idx + i] = x[i], i < n, converted to t (the switch once per row, not per element)
+static inline void flashc__store_row(void *base, int64_t idx, flashc_dtype t, const float *x, int64_t n) {
+    switch (t) {
+    case FLASHC_DTYPE_F32: memcpy((float *)base + idx, x, sizeof(float) * (size_t)n); break;
+    case FLASHC_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)base)[idx + i] = flashc__f32_to_bf16(x[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) flashc__store(base, idx + i, t, x[i]);
+        break;
+    }
+}
+
 static inline size_t flashc__dtype_size(flashc_dtype t) {
     return t == FLASHC_DTYPE_F32 ? 4 : t == FLASHC_DTYPE_E4M3 ? 1 : 2;
 }

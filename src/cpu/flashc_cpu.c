@@ -336,13 +336,17 @@ static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
     const flashc_seq s = flashc__seq(p, b);
     const int64_t r0 = (c - J->L.r_off[wb]) * REDUCE_ROWS, r1 = min64(r0 + REDUCE_ROWS, s.sq);
     const float *part0 = J->L.dq_part + (size_t)(J->L.q_off[wb] * J->Dp);
+    float acc[256]; // a row, 256 columns at a time; slots outermost, each read contiguously
     for (int64_t i = r0; i < r1; i++) {
         const int64_t dq_off = flashc__row_off(p, p->dq_stride, b, s.q_row0, i) + J->h * p->dq_stride[2];
-        for (int64_t d = 0; d < p->D; d++) {
-            float acc = 0.0f;
-            for (int sl = 0; sl < J->n_slots; sl++)
-                acc += part0[(size_t)sl * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d)];
-            flashc__store(J->a->dq, dq_off + d, p->dtype, acc);
+        for (int64_t d0 = 0; d0 < p->D; d0 += 256) {
+            const int64_t nd = min64(256, p->D - d0);
+            for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
+            for (int sl = 0; sl < J->n_slots; sl++) {
+                const float *ps = part0 + (size_t)sl * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d0);
+                for (int64_t d = 0; d < nd; d++) acc[d] += ps[d];
+            }
+            flashc__store_row(J->a->dq, dq_off + d0, p->dtype, acc, nd);
         }
     }
 }

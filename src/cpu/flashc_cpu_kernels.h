@@ -115,13 +115,14 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     }
 
     // Alg. 1 lines 12-13: O_i = diag(l_i)^-1 O_i, L_i = m_i + log(l_i); rows with no key: 0, +inf
+    float *inv_l = t.alpha; // (free now)
     for (int64_t r = 0; r < nq; r++) {
         const float l = t.l[r];
-        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-        const int64_t o_off = flashc__row_off(p, p->o_stride, b, s.q_row0, i0 + r) + h * p->o_stride[2];
-        for (int64_t d = 0; d < D; d++) flashc__store(a->o, o_off + d, dt, t.OT[d * BRF + r] * inv_l);
+        inv_l[r] = l > 0.0f ? 1.0f / l : 0.0f;
         if (a->lse) a->lse[flashc__lse_off(p, b, h, &s, i0 + r)] = l > 0.0f ? (m_old[r] + log2f(l)) * LN2 : INFINITY;
     }
+    const int64_t o_off = flashc__row_off(p, p->o_stride, b, s.q_row0, i0) + h * p->o_stride[2];
+    tile_store_T((char *)a->o + es * (size_t)o_off, p->o_stride[1], dt, t.OT, BRF, inv_l, nq, D);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -234,6 +235,19 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
 
     // Alg. 2 line 24: write dK_j = scale dK_j, dV_j; GQA sums the group's heads in fp32 first
     // (in head order, so the sum is the same on every run).
+    if (!blk->dk_acc) {
+        float *mul_k = t.S, *mul_v = t.S + BCB; // (the S tile, BR x BC, is free now)
+        for (int64_t c = 0; c < nk; c++) {
+            mul_k[c] = p->scale;
+            mul_v[c] = 1.0f;
+        }
+        const size_t es = flashc__dtype_size(dt);
+        const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j0) + kvh * p->dk_stride[2];
+        const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j0) + kvh * p->dv_stride[2];
+        tile_store_T((char *)a->dk + es * (size_t)dk_off, p->dk_stride[1], dt, t.dKT, BCB, mul_k, nk, D);
+        tile_store_T((char *)a->dv + es * (size_t)dv_off, p->dv_stride[1], dt, t.dVT, BCB, mul_v, nk, D);
+        return;
+    }
     for (int64_t c = 0; c < nk; c++) {
         const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j0 + c) + kvh * p->dk_stride[2];
         const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j0 + c) + kvh * p->dv_stride[2];

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""ab.py -- two builds of flashc-bench on the CPU, interleaved, on one shape: the median GFLOP/s of
+each over ROUNDS runs (the order alternates every round, so both see the same load on a shared
+machine) and their ratio B / A.
+
+Usage: python3 dev/cpu/ab.py --a OLD/flashc-bench --b NEW/flashc-bench [--rounds 5] -- BENCH_ARGS
+  e.g. ... -- --batch 8 --heads 32 --seqlen-q 512 --head-dim 64 --non-causal
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for the runs, as for any benchmark here.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--a", required=True)
+    ap.add_argument("--b", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("bench_args", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    extra = [x for x in args.bench_args if x != "--"]
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    res = {}
+    for r in range(args.rounds):
+        for name in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            cmd = [getattr(args, name), "--backend", "cpu", "--no-check", "--no-peers", "--repeats", "3", "--budget", "0.4"]
+            out = subprocess.run(cmd + extra, capture_output=True, text=True, env=env, check=True).stdout
+            for line in out.splitlines():
+                f = line.split()
+                if f and f[0] in ("fwd", "bwd") and "|" in f:
+                    res.setdefault((f[0], name), []).append(float(f[f.index("|") + 3]))  # GFLOP/s
+    for d in ("fwd", "bwd"):
+        if (d, "a") not in res:
+            continue
+        a, b = res[(d, "a")], res[(d, "b")]
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"{' '.join(extra)} {d}: A {ma:6.1f}  B {mb:6.1f} GFLOP/s  B/A {mb / ma:.3f}"
+              f"  (n={len(a)}; A {min(a):.0f}-{max(a):.0f}, B {min(b):.0f}-{max(b):.0f})", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
