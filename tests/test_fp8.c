@@ -173,9 +173,12 @@ static void fdata_free(fdata *F) {
 // ------------------------------------------------------------------------------------------------
 // a backend's run of one case: device copies, poisoned outputs, the checks
 
-static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdata *F) {
+// ws_off 0: the ctx's own workspace; else the caller's, ws_off bytes into its allocation (64: the
+// least alignment flashc.h promises to take), poisoned, and those ws_off bytes must stay untouched.
+static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdata *F, size_t ws_off) {
     char name[256];
     case_name(name, sizeof name, be, c);
+    if (ws_off) snprintf(name + strlen(name), sizeof name - strlen(name), " ws+%zu", ws_off);
     tc_running(name);
     const int64_t n_lse = (int64_t)c->H * F->tq;
     uint16_t *o = tc_alloc(2 * (size_t)F->no);
@@ -188,7 +191,20 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
     void *dcq = NULL, *dck = NULL, *dsl = NULL;
     if (c->varlen) d.cu_seqlens_q = dcq = tc_dev_put(ctx, F->cu_q, sizeof F->cu_q), d.cu_seqlens_k = dck = tc_dev_put(ctx, F->cu_k, sizeof F->cu_k);
     if (c->alibi) d.alibi_slopes = dsl = tc_dev_put(ctx, F->slopes, sizeof F->slopes);
-    flashc_status st = flashc_fwd(ctx, &d, dq, dk, dv, dO, dl, NULL, 0, NULL);
+    const size_t ws_size = ws_off ? flashc_fwd_workspace_size(ctx, &d) : 0;
+    uint8_t *ws_host = NULL;
+    void *dws = NULL;
+    if (ws_off) {
+        ws_host = tc_alloc(ws_size + ws_off);
+        memset(ws_host, 0xFF, ws_size + ws_off);
+        dws = tc_dev_put(ctx, ws_host, ws_size + ws_off);
+    }
+    flashc_status st = flashc_fwd(ctx, &d, dq, dk, dv, dO, dl, dws ? (char *)dws + ws_off : NULL, ws_size, NULL);
+    int64_t n_before = 0; // bytes before the caller's workspace that the call wrote
+    if (st == FLASHC_OK && ws_off) {
+        tc_dev_get(ctx, ws_host, dws, ws_off);
+        for (size_t i = 0; i < ws_off; i++) n_before += ws_host[i] != 0xFF;
+    }
     if (st != FLASHC_OK) {
         tc_fail("%s: flashc_fwd = %s: %s", name, flashc_status_string(st), flashc_ctx_last_error(ctx));
     } else {
@@ -223,18 +239,20 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
                     if (o[(r * c->H + h) * c->D + e] & 0x7fff) n_dead++;
             }
         const double bound = FP8_O_FACTOR * nerr + FP8_SLACK;
-        if (n_nan || n_dead || n_lse_bad || !(err <= bound))
+        if (n_nan || n_dead || n_lse_bad || n_before || !(err <= bound))
             tc_fail("%s: O max err %.3e (bound %.3e = 2 x naive %.3e + 1e-5) at %lld, %lld unwritten, %lld no-key rows "
-                    "wrong, %lld LSE beyond tolerance (first at %lld: %.6f vs ref %.6f, tol %.2e)", name, err, bound, nerr,
-                    (long long)worst, (long long)n_nan, (long long)n_dead, (long long)n_lse_bad, (long long)worst_lse,
-                    worst_lse >= 0 ? lse[worst_lse] : 0.0, worst_lse >= 0 ? F->ref_lse[worst_lse] : 0.0,
-                    worst_lse >= 0 ? F->lse_tol[worst_lse] : 0.0);
+                    "wrong, %lld LSE beyond tolerance (first at %lld: %.6f vs ref %.6f, tol %.2e), %lld bytes written "
+                    "before the workspace", name, err, bound, nerr, (long long)worst, (long long)n_nan, (long long)n_dead,
+                    (long long)n_lse_bad, (long long)worst_lse, worst_lse >= 0 ? lse[worst_lse] : 0.0,
+                    worst_lse >= 0 ? F->ref_lse[worst_lse] : 0.0, worst_lse >= 0 ? F->lse_tol[worst_lse] : 0.0,
+                    (long long)n_before);
         else
             tc_pass("%s: O max err %.3e (naive %.3e, ratio %.2f)", name, err, nerr, nerr > 0 ? err / nerr : 0.0);
     }
     tc_dev_free(ctx, F->q, dq), tc_dev_free(ctx, F->k, dk), tc_dev_free(ctx, F->v, dv), tc_dev_free(ctx, o, dO), tc_dev_free(ctx, lse, dl);
     tc_dev_free(ctx, F->cu_q, dcq), tc_dev_free(ctx, F->cu_k, dck), tc_dev_free(ctx, F->slopes, dsl);
-    free(o), free(lse);
+    tc_dev_free(ctx, ws_host, dws);
+    free(o), free(lse), free(ws_host);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -386,7 +404,10 @@ int main(int argc, char **argv) {
         if (!ctx && cost >= 4e7) continue; // nothing to check it against but the (slow) reference itself
         fdata_build(&F, &CASES[ci], &rng);
         if (cost < 4e7) check_ref_path(&CASES[ci], &F); // the fp32 copy through the ref is slow
-        if (ctx) run_case(ctx, be, &CASES[ci], &F);
+        if (ctx) {
+            run_case(ctx, be, &CASES[ci], &F, 0);
+            run_case(ctx, be, &CASES[ci], &F, 64);
+        }
         fdata_free(&F);
     }
     flashc_ctx_free(ctx);

@@ -266,9 +266,12 @@ static int64_t fp8_vt_cols(const flashc_problem *p) {
     return fp8_vt_col0(p->varlen ? p->cu_k_host[p->B] : (int64_t)p->B * p->Sk, p->B);
 }
 
+// + 128: V^T starts at the first 128-byte boundary of the workspace (its TMA map needs one; a
+// caller's workspace is promised only 64-byte alignment, and would otherwise take the cp.async kernel)
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     (void)ctx;
-    return p->dtype == FLASHC_DTYPE_E4M3 ? (size_t)p->H_kv * p->D * fp8_vt_cols(p) : 0;
+    const size_t vt = p->dtype == FLASHC_DTYPE_E4M3 ? (size_t)p->H_kv * p->D * fp8_vt_cols(p) : 0;
+    return vt ? vt + 128 : 0;
 }
 
 static flashc_status finish(flashc_ctx *ctx, cudaStream_t stream) {
@@ -297,7 +300,7 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
         if (!P.a.aligned || !strides16(p->q_stride) || !strides16(p->k_stride) || !strides16(p->v_stride))
             return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "q, k, v, o: E4M3 needs 16-byte aligned tensors, q/k/v "
                                 "strides multiples of 16 and o strides multiples of 8 elements");
-        P.vt = (uint8_t *)a->ws;
+        P.vt = (uint8_t *)(((uintptr_t)a->ws + 127) & ~(uintptr_t)127);
         P.vt_cols = fp8_vt_cols(p);
     }
     cudaStream_t stream = (cudaStream_t)a->stream;
