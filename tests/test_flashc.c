@@ -177,6 +177,20 @@ static void build_cases(void) {
             if (i == 3) c.softcap = 30.0f, c.alibi = 1;
             add(c);
         }
+        // what the Hopper D = 256 kernels leave to the mma.sync ones (varlen, seqused_k, strides that
+        // rule out 16-byte access), which then run their deterministic dQ kernel: no dQ accumulator
+        // is reserved for head dim 256 on Hopper
+        static const int lq[] = {70, 1, 129}, lk[] = {130, 64, 2};
+        tcase c = mk(0, 4, 2, 0, 0, 256, FLASHC_DTYPE_BF16);
+        set_varlen(&c, 3, lq, lk);
+        c.causal = 1;
+        add(c);
+        c = mk(2, 2, 1, 100, 90, 256, FLASHC_DTYPE_F16);
+        c.layout = L_ODD;
+        add(c);
+        c = mk(2, 2, 2, 65, 140, 256, FLASHC_DTYPE_BF16);
+        c.used = 1, c.uk[0] = 100, c.uk[1] = 7;
+        add(c);
     }
 
     // GQA 8/2 and MQA 8/1

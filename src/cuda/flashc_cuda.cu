@@ -322,11 +322,20 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
 // Workspace layout (each array at a 256-byte offset), rows as ws_row() in flashc_cuda_common.cuh:
 //   lse2   fp32 [ws_rows]
 //   delta  fp32 [ws_rows]
-//   dq_acc fp32 [ws_rows][D_pad]      (not in deterministic mode), moved up to the next 128-byte
+//   dq_acc fp32 [ws_rows][D_pad]      (only where dq_acc_needed), moved up to the next 128-byte
 //                                     boundary of the address (128 bytes of slack): the sm90
 //                                     kernels' TMA map of it needs that, and flashc.h asks the
 //                                     caller for 64-byte alignment only
-static void ws_layout(const flashc_problem *p, int64_t *rows_per_head, int64_t *rows, size_t *off_delta,
+// The atomic mode's fp32 dQ accumulator, except at head dim 256 on Hopper: the wgmma kernels there
+// add no atomics, and what they leave to the mma.sync kernels (tensors without 16-byte access,
+// varlen, seqused_k) runs those kernels' deterministic dQ (1.14x the time of their atomic one, on
+// those rare problems) rather than every D = 256 backward reserving rows x 1 KB it never uses.
+static int dq_acc_needed(const flashc_ctx *ctx, const flashc_problem *p) {
+    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    return !p->deterministic && !(pv->sm90 && padded_head_dim(p->D) == 256);
+}
+
+static void ws_layout(const flashc_problem *p, int acc, int64_t *rows_per_head, int64_t *rows, size_t *off_delta,
                       size_t *off_dq, size_t *total) {
     const int64_t sq_pad = ((int64_t)p->Sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD * FLASHC_WS_PAD;
     *rows_per_head = p->varlen ? p->total_q + (int64_t)FLASHC_WS_PAD * p->B : sq_pad;
@@ -334,14 +343,13 @@ static void ws_layout(const flashc_problem *p, int64_t *rows_per_head, int64_t *
     const size_t arr = ((size_t)*rows * sizeof(float) + 255) & ~(size_t)255;
     *off_delta = arr;
     *off_dq = 2 * arr;
-    *total = 2 * arr + (p->deterministic || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + 128);
+    *total = 2 * arr + (!acc || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + 128);
 }
 
 static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
-    (void)ctx;
     int64_t rph, rows;
     size_t od, oq, total;
-    ws_layout(p, &rph, &rows, &od, &oq, &total);
+    ws_layout(p, dq_acc_needed(ctx, p), &rph, &rows, &od, &oq, &total);
     return total;
 }
 
@@ -373,11 +381,12 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
                   strides8(p->k_stride) && strides8(p->v_stride) && strides8(p->o_stride) && strides8(p->do_stride) &&
                   strides8(p->dq_stride) && strides8(p->dk_stride) && strides8(p->dv_stride);
     size_t od, oq, total;
-    ws_layout(p, &P.ws_rows_per_head, &P.ws_rows, &od, &oq, &total);
+    const int acc = dq_acc_needed(ctx, p);
+    ws_layout(p, acc, &P.ws_rows_per_head, &P.ws_rows, &od, &oq, &total);
     P.lse2 = (float *)a->ws;
     P.delta = (float *)((char *)a->ws + od);
-    P.dq_acc = p->deterministic ? NULL : (float *)(((uintptr_t)a->ws + oq + 127) & ~(uintptr_t)127);
-    P.deterministic = p->deterministic;
+    P.dq_acc = acc ? (float *)(((uintptr_t)a->ws + oq + 127) & ~(uintptr_t)127) : NULL;
+    P.deterministic = !acc; // (the sm90 D = 256 kernels need no flag: they add no atomics in either mode)
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
     // Hopper: the wgmma kernels with 16-byte aligned tensors (they load only by 16-byte cp.async
