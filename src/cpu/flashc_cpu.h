@@ -52,7 +52,8 @@ typedef struct flashc_cpu_bwd_block {
     const float *Di;          // D_i = rowsum(dO_i * O_i), fp32, indexed like lse (flashc__lse_off)
     float *dq_acc;            // this slot's fp32 dQ partial of sequence b: (sq, dq_ld), row-major, +=
     int64_t dq_ld;            // its row stride (D padded to the ISA's dp_align)
-    float *dk_acc, *dv_acc;   // fp32 (sk, D) sums over the GQA group for sequence b, or NULL if group == 1
+    float *dk_acc, *dv_acc;   // fp32 sums over the GQA group for sequence b (sk x D floats; key block j0's
+                              // at j0 * D, as D x nk), or NULL if group == 1
     int first_head, last_head; // h is the first / last query head of its group
     int64_t q_slots;          // slots of the thread's Q_i, dO_i cache (flashc__cpu_bwd_q_slots)
 } flashc_cpu_bwd_block;

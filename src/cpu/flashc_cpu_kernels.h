@@ -234,40 +234,31 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     }
 
     // Alg. 2 line 24: write dK_j = scale dK_j, dV_j; GQA sums the group's heads in fp32 first
-    // (in head order, so the sum is the same on every run).
-    if (!blk->dk_acc) {
-        float *mul_k = t.S, *mul_v = t.S + BCB; // (the S tile, BR x BC, is free now)
-        for (int64_t c = 0; c < nk; c++) {
-            mul_k[c] = p->scale;
-            mul_v[c] = 1.0f;
-        }
-        const size_t es = flashc__dtype_size(dt);
-        const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j0) + kvh * p->dk_stride[2];
-        const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j0) + kvh * p->dv_stride[2];
-        tile_store_T((char *)a->dk + es * (size_t)dk_off, p->dk_stride[1], dt, t.dKT, BCB, mul_k, nk, D);
-        tile_store_T((char *)a->dv + es * (size_t)dv_off, p->dv_stride[1], dt, t.dVT, BCB, mul_v, nk, D);
-        return;
-    }
+    // (in head order, so the sum is the same on every run), kept per key block as D x nk (dK_j^T's
+    // layout, so both operands run along the keys), and the group's last head writes the sums.
+    const float *outK = t.dKT, *outV = t.dVT;
+    int64_t out_ld = BCB;
+    float *mul_k = t.S, *mul_v = t.S + BCB; // (the S tile, BR x BC, is free now)
     for (int64_t c = 0; c < nk; c++) {
-        const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j0 + c) + kvh * p->dk_stride[2];
-        const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j0 + c) + kvh * p->dv_stride[2];
-        float *dk_acc = blk->dk_acc ? blk->dk_acc + (j0 + c) * D : NULL;
-        float *dv_acc = blk->dv_acc ? blk->dv_acc + (j0 + c) * D : NULL;
-        for (int64_t d = 0; d < D; d++) {
-            float dk = p->scale * t.dKT[d * BCB + c], dv = t.dVT[d * BCB + c];
-            if (dk_acc) {
-                if (!blk->first_head) {
-                    dk += dk_acc[d];
-                    dv += dv_acc[d];
-                }
-                dk_acc[d] = dk;
-                dv_acc[d] = dv;
-                if (!blk->last_head) continue;
-            }
-            flashc__store(a->dk, dk_off + d, dt, dk);
-            flashc__store(a->dv, dv_off + d, dt, dv);
-        }
+        mul_k[c] = p->scale;
+        mul_v[c] = 1.0f;
     }
+    if (blk->dk_acc) {
+        float *sum_k = blk->dk_acc + j0 * D, *sum_v = blk->dv_acc + j0 * D;
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t c = 0; c < nk; c++) {
+                const float dk = p->scale * t.dKT[d * BCB + c], dv = t.dVT[d * BCB + c];
+                sum_k[d * nk + c] = blk->first_head ? dk : dk + sum_k[d * nk + c];
+                sum_v[d * nk + c] = blk->first_head ? dv : dv + sum_v[d * nk + c];
+            }
+        if (!blk->last_head) return;
+        outK = sum_k, outV = sum_v, out_ld = nk;
+        mul_k = mul_v; // (the sums are scaled already)
+    }
+    const int64_t dk_off = flashc__row_off(p, p->dk_stride, b, s.k_row0, j0) + kvh * p->dk_stride[2];
+    const int64_t dv_off = flashc__row_off(p, p->dv_stride, b, s.k_row0, j0) + kvh * p->dv_stride[2];
+    tile_store_T((char *)a->dk + es * (size_t)dk_off, p->dk_stride[1], dt, outK, out_ld, mul_k, nk, D);
+    tile_store_T((char *)a->dv + es * (size_t)dv_off, p->dv_stride[1], dt, outV, out_ld, mul_v, nk, D);
 }
 
 const flashc_cpu_kernels FLASHC_ISA_NAME(flashc__cpu_kernels) = {
