@@ -67,6 +67,17 @@
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// lse2_i, D_i of query block mm0 of head h (cp.async, 4 bytes each).
+template <int BM, int NTHREADS>
+static __device__ __forceinline__ void sm90_load_stats(const flashc_bwd_params &p, const flashc_cuda_seq &s, int b, int h,
+                                                       int mm0, float *sL, float *sDl, int tid) {
+    const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
+    for (int i = tid; i < BM; i += NTHREADS) {
+        cp_async_4(smem_u32(sL + i), p.lse2 + r0 + i, 4);
+        cp_async_4(smem_u32(sDl + i), p.delta + r0 + i, 4);
+    }
+}
+
 // Q_i, dO_i (swizzled) and lse2_i, D_i of query block mm0 of head h.
 template <int BM, int D, int NTHREADS>
 static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params &p, const flashc_cuda_seq &s, int b,
@@ -77,11 +88,7 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
     const uint16_t *dOg = (const uint16_t *)p.dout + b * p.do_bs + (s.q_row0 + mm0) * p.do_rs + h * p.do_hs;
     sm90_load_tile<BM, D, NTHREADS>(sQ, Qg, p.q_rs, rows, p.a.D, p.q, tid);
     sm90_load_tile<BM, D, NTHREADS>(sdO, dOg, p.do_rs, rows, p.a.D, p.dout, tid);
-    const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
-    for (int i = tid; i < BM; i += NTHREADS) {
-        cp_async_4(smem_u32(sL + i), p.lse2 + r0 + i, 4);
-        cp_async_4(smem_u32(sDl + i), p.delta + r0 + i, 4);
-    }
+    sm90_load_stats<BM, NTHREADS>(p, s, b, h, mm0, sL, sDl, tid);
 }
 
 // X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
@@ -136,17 +143,23 @@ static __device__ __forceinline__ sm90_band sm90_key_band(const flashc_cuda_attn
 // of them did before: the band's registers made ptxas spill 172 bytes there at D = 64.
 // NS = 32 for the m64n64 tile (64 queries), 16 for m64n32 (the D = 256 kernel's 32 queries); the
 // pair j of lse2 values is at sl2q + LS j (LS = 8: the smem row of lse2_i; 2: a float2 array).
-template <typename T, bool TRANSFORM, bool MASKED, int NS, int LS = 8>
+// DS: dS^T too, as sm90_ds makes it (dP^T from dP, D_q at sdq as lse2 at sl2q) into adS, element
+// by element, so that S^T and dP^T die as they are packed (sm90_ds after this keeps both whole).
+template <typename T, bool TRANSFORM, bool MASKED, int NS, int LS = 8, bool DS = false>
 static __device__ __forceinline__ void sm90_p(float (&S)[NS], uint32_t (&aP)[NS / 8][4], const flashc_cuda_attn &a,
                                               const flashc_cuda_seq &s, sm90_band band, const float *sl2q, int kr0,
-                                              int q0, float slope, bool masked) {
+                                              int q0, float slope, bool masked, const float *dP = NULL,
+                                              const float *sdq = NULL, uint32_t (*adS)[4] = NULL) {
     const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
     const bool key_ok[2] = {kr0 < s.sk, kr0 + 8 < s.sk};
 #pragma unroll
     for (int j = 0; j < NS / 4; j++) {
         const float2 lv = *(const float2 *)(sl2q + LS * j); // read here, not kept in registers
         const float l2[2] = {lv.x, lv.y};
-        float P[2][2]; // [hh][e]
+        float2 dlv = make_float2(0.f, 0.f);
+        if (DS) dlv = *(const float2 *)(sdq + LS * j);
+        const float dl[2] = {dlv.x, dlv.y};
+        float P[2][2], dS[2][2]; // [hh][e]
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int q = q0 + 8 * j + e, diag = q + s.sk - s.sq;
@@ -166,10 +179,14 @@ static __device__ __forceinline__ void sm90_p(float (&S)[NS], uint32_t (&aP)[NS 
                     Pv = 0.f;
                 P[hh][e] = Pv;
                 S[i] = Pv * dsf;
+                if (DS) dS[hh][e] = S[i] * (dP[i] - dl[e]);
             }
         }
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) aP[j >> 1][2 * (j & 1) + hh] = pack2<T>(P[hh][0], P[hh][1]);
+        for (int hh = 0; hh < 2; hh++) {
+            aP[j >> 1][2 * (j & 1) + hh] = pack2<T>(P[hh][0], P[hh][1]);
+            if (DS) adS[j >> 1][2 * (j & 1) + hh] = pack2<T>(dS[hh][0], dS[hh][1]);
+        }
     }
 }
 
@@ -259,6 +276,10 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 
     // step it reads head h_kv group + it / n_mb, query block mb_begin + it % n_mb, ring slot it % STAGES
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
+    // WS at D = 64: the consumers bring lse2_i, D_i themselves (cp.async, a step ahead, ordered by
+    // their named barrier), not the producer by bulk copies: racecheck reported those against the
+    // consumers' reads there (12 hazards, the mbarriers between them notwithstanding), not at D = 128
+    constexpr bool OWN_STATS = WS && D == 64;
     if (WS) {
         if (threadIdx.x == 0) {
             ring_init(full0, empty0, STAGES, NWG);
@@ -272,12 +293,14 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 tma_prefetch_map(&maps.dout);
                 for (int it = 0; it < count; it++) {
                     const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
-                    const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q + 2 * BM * 4);
+                    const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q + (OWN_STATS ? 0 : 2 * BM * 4));
                     sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
                     sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
-                    const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
-                    bulk_load(base + OFF_L + st * BM * 4, p.lse2 + r0, BM * 4, bar);
-                    bulk_load(base + OFF_DL + st * BM * 4, p.delta + r0, BM * 4, bar);
+                    if (!OWN_STATS) {
+                        const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
+                        bulk_load(base + OFF_L + st * BM * 4, p.lse2 + r0, BM * 4, bar);
+                        bulk_load(base + OFF_DL + st * BM * 4, p.delta + r0, BM * 4, bar);
+                    }
                 }
             }
             return;
@@ -303,6 +326,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
         if (!WS)
             sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO,
                                                sL, sDl, tid);
+        if (OWN_STATS) sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, sL, sDl, tid);
         cp_async_commit();
 
         for (int it = 0; it < count; it++) {
@@ -310,12 +334,18 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             const int h = h_kv * p.a.group + it / n_mb;
             const int mm0 = (mb_begin + it % n_mb) * BM;
             if (WS) {
-                if (it == 0) {
-                    cp_async_wait<0>();
-                    fence_proxy_async_smem(); // K_j, V_j (cp.async) -> visible to wgmma
-                }
-                mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i, lse2_i, D_i landed
+                if (it == 0 || OWN_STATS) cp_async_wait<0>(); // K_j, V_j; OWN_STATS: this step's lse2_i, D_i
+                if (it == 0) fence_proxy_async_smem();          // K_j, V_j (cp.async) -> visible to wgmma
+                mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i (lse2_i, D_i) landed
                 bar_sync(4, NTHREADS); // every consumer is done with the previous step's dS^T tile
+                if (OWN_STATS) { // the next step's, into the slot the previous step read
+                    static_assert(!OWN_STATS || STAGES == 2, "stats double-buffered");
+                    if (it + 1 < count)
+                        sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
+                                                      (mb_begin + (it + 1) % n_mb) * BM, sL + (st ^ 1) * BM,
+                                                      sDl + (st ^ 1) * BM, tid);
+                    cp_async_commit();
+                }
             } else {
                 cp_async_wait<0>();
                 fence_proxy_async_smem(); // this thread's cp.async data -> visible to wgmma
@@ -341,13 +371,17 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             const bool masked = !(nw0 >= key_lo(p.a, mm_last, s.sq, s.sk) && nw0 + 64 <= key_hi(p.a, mm0, s.sq, s.sk));
             const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
 
-            // P^T (line 11), then dV_w += P^T dO_i (line 13) while dP^T finishes
-            wgmma_wait<1>();
+            // P^T (line 11), then dV_w += P^T dO_i (line 13) while dP^T finishes; LATE_DV: both
+            // groups first, then P^T and dS^T together (S^T and dP^T die as they are packed: the
+            // peak falls by 64 registers, what the TMA mode at D = 64 needs to fit 240)
+            constexpr bool LATE_DV = WS && D == 64;
+            wgmma_wait<LATE_DV ? 0 : 1>();
             reg_fence(S);
+            if (LATE_DV) reg_fence(dP);
             uint32_t aP[BM / 16][4], adS[BM / 16][4];
-            if (p.a.transform) sm90_p<T, true, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
-            else if (masked) sm90_p<T, false, true>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
-            else sm90_p<T, false, false>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked);
+            if (p.a.transform) sm90_p<T, true, true, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
+            else if (masked) sm90_p<T, false, true, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
+            else sm90_p<T, false, false, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
             wgmma_fence();
 #pragma unroll
             for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024), 1);
@@ -356,9 +390,11 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             // dS^T (line 14) -> registers for dK_w += dS^T Q_i (line 16; scale applied at the end)
             // and shared memory ([key][query], swizzled, BM / 64 column blocks) for dQ: register r of
             // k-step k4 is key row + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
-            wgmma_wait<1>();
-            reg_fence(dP);
-            sm90_ds<T>(S, dP, dl, adS);
+            if (!LATE_DV) {
+                wgmma_wait<1>();
+                reg_fence(dP);
+                sm90_ds<T>(S, dP, dl, adS);
+            }
 #pragma unroll
             for (int k4 = 0; k4 < BM / 16; k4++)
 #pragma unroll
@@ -892,7 +928,7 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
         // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
         // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
         // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
-        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream); // see the top
+        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, true, 2>(p, maps, stream); // see the top
         else
             e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream)
                 : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, true, 3>(p, maps, stream)
