@@ -6,11 +6,12 @@
 // runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion
 // this path calls (instantiated in the plain inst/ files, so that no kernel is compiled twice for
 // different archs).
-// D = 64 runs the kernel below with 128-row query steps, in its cp.async mode: H200
-// (bench/results/h200-2026-12-01-bwd64.txt, S = 512..16k) 1.06-1.17x the mma.sync kernel, against
-// 1.02-1.10x with the TMA producer (which spills 144 bytes at 240 registers, and whose bulk
-// copies of lse2_i / D_i racecheck flagged there). With 64-row steps every form tried had run
-// 0.80-0.94x the mma.sync kernel.
+// D = 64 runs the kernel below with 128-row query steps, with the TMA producer, P^T and dS^T made
+// together (LATE_DV) and lse2_i / D_i brought by the consumers (OWN_STATS): H200 A/B before
+// OWN_STATS (bench/results/h200-2026-12-01-s8-bwd64-ws.txt) 1.07-1.29x its cp.async mode, which
+// FLASHC_CUDA_SM90=1 / 2 still selects. (Earlier, without LATE_DV, the TMA mode spilled 196 bytes
+// at 240 registers and ptxas serialised every wgmma; with 64-row steps every form tried had run
+// 0.80-0.94x the mma.sync kernel.)
 // Head dim 256 has its own two kernels (the D = 256 sections at the end).
 //
 // One CTA per (key block K_j of BN = 128 rows, batch, kv head), 2 warpgroups (256 threads), each
@@ -22,6 +23,8 @@
 //   P^T = exp2(S^T scale log2e - lse2_i)    while dP^T runs             (line 11)
 //   dV_w   += P^T dO_i       wgmma RS m64nD, dO_i N-major (tnspB)       (line 13)
 //   dS^T = P^T (dP^T - D_i)                 while dV_w runs             (line 14)
+//     (LATE_DV, the D = 64 TMA mode: P^T and dS^T both after dP^T, before dV_w: 64 registers
+//     fewer at the peak)
 //     computed transposed so that the accumulator already is the A operand of dV and dK:
 //     the m64nNk16 A-register layout equals the accumulator layout (HOPPER-NOTES 1.7), no moves
 //   dQ_i   += dS_ij K_j      wgmma SS m64n64, dS^T through shared memory as an M-major A,
@@ -235,7 +238,8 @@ typedef struct flashc_sm90_bwd_maps {
 // cp.async mode, 255 at D = 64). One warpgroup (BN = 64, two CTAs per SM) passed the same tests but
 // ran 0.6-0.8x as fast; it is gone.
 // WS = true: warpgroup 0 is a producer whose one thread brings Q_i, dO_i (TMA) and lse2_i, D_i
-// (bulk copies) into a STAGES-deep ring on full / empty mbarriers (the forward's scheme), and
+// (bulk copies; at D = 64 the consumers load those, OWN_STATS below) into a STAGES-deep ring on
+// full / empty mbarriers (the forward's scheme), and
 // setmaxnreg gives the 2 consumer warpgroups 240 registers; the consumers meet on named
 // barrier 4 where the plain kernel has __syncthreads. Batch mode without seqused_k only (the maps
 // zero rows past Sq; a packed sequence's neighbour rows would reach dV through P = 0).
@@ -280,6 +284,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     // their named barrier), not the producer by bulk copies: racecheck reported those against the
     // consumers' reads there (12 hazards, the mbarriers between them notwithstanding), not at D = 128
     constexpr bool OWN_STATS = WS && D == 64;
+    static_assert(!OWN_STATS || STAGES == 2, "the consumers' stats are double-buffered by step parity");
     if (WS) {
         if (threadIdx.x == 0) {
             ring_init(full0, empty0, STAGES, NWG);
@@ -337,13 +342,15 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 if (it == 0 || OWN_STATS) cp_async_wait<0>(); // K_j, V_j; OWN_STATS: this step's lse2_i, D_i
                 if (it == 0) fence_proxy_async_smem();          // K_j, V_j (cp.async) -> visible to wgmma
                 mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i (lse2_i, D_i) landed
-                bar_sync(4, NTHREADS); // every consumer is done with the previous step's dS^T tile
-                if (OWN_STATS) { // the next step's, into the slot the previous step read
-                    static_assert(!OWN_STATS || STAGES == 2, "stats double-buffered");
+                // every consumer is done with the previous step's dS^T tile; OWN_STATS: this step's
+                // lse2_i, D_i (slot st) are visible, and the previous step's slot is free
+                bar_sync(4, NTHREADS);
+                if (OWN_STATS) { // the next step's, into that slot
+                    const int sn = (it + 1) % STAGES;
                     if (it + 1 < count)
                         sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
-                                                      (mb_begin + (it + 1) % n_mb) * BM, sL + (st ^ 1) * BM,
-                                                      sDl + (st ^ 1) * BM, tid);
+                                                      (mb_begin + (it + 1) % n_mb) * BM, sL + sn * BM, sDl + sn * BM,
+                                                      tid);
                     cp_async_commit();
                 }
             } else {
@@ -387,9 +394,10 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024), 1);
             wgmma_commit();
 
-            // dS^T (line 14) -> registers for dK_w += dS^T Q_i (line 16; scale applied at the end)
-            // and shared memory ([key][query], swizzled, BM / 64 column blocks) for dQ: register r of
-            // k-step k4 is key row + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c, +1; the row's swizzle is g
+            // dS^T (line 14; LATE_DV: made above) -> registers for dK_w += dS^T Q_i (line 16; scale
+            // applied at the end) and shared memory ([key][query], swizzled, BM / 64 column blocks)
+            // for dQ: register r of k-step k4 is key row + 8 (r & 1), queries 16 k4 + 8 (r >> 1) + 2c,
+            // +1; the row's swizzle is g
             if (!LATE_DV) {
                 wgmma_wait<1>();
                 reg_fence(dP);
@@ -928,7 +936,9 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
         // 2 warpgroups: H200 2026-11-29 (dev/cuda/bench_bwd.py, bf16, hidden 2048, B * S = 16k), D = 128
         // non-causal S = 1k / 4k / 16k: 253 / 297 / 308 TFLOP/s with 2, 149 / 204 / 248 with 1
         // 2 warpgroups + the TMA producer, 2 Q_i stages: see the kernel's comment for the measurements
-        if constexpr (D == 64) e = flashc_cuda_bwd_sm90_main<T, D, true, 2>(p, maps, stream); // see the top
+        if constexpr (D == 64) // see the top; FLASHC_CUDA_SM90=1 / 2: the cp.async mode (A/B)
+            e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream)
+                                                       : flashc_cuda_bwd_sm90_main<T, D, true, 2>(p, maps, stream);
         else
             e = p->sm90_loop == 1 || p->sm90_loop == 2 ? flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream)
                 : p->sm90_loop == 4                    ? flashc_cuda_bwd_sm90_main<T, D, true, 3>(p, maps, stream)
