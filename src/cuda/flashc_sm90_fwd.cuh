@@ -537,6 +537,13 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
 // order of sm90_fwd_tile (heaviest query blocks first), so a CTA's next Q_i and first K_j, V_j
 // load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
 // has its own full / empty pair (empty once both consumers' last S_ij of the tile is done).
+// The consumers take turns issuing wgmmas (named barriers 8 + c), across tiles too: the last
+// consumer hands consumer 0 the next tile's first turn right after its last PV, so that consumer
+// 0's first S_ij runs under the others' last PV and epilogue. H200, one process (dev/cuda/ab.py,
+// bench/results/h200-2026-12-01-s9-fwd-early.txt), against handing it over after the epilogue:
+// 1.00-1.09x at S = 512-2048 (causal D = 64 1.04-1.09x, e4m3 D = 128 1.02-1.05x), 0.98-1.02x at
+// 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
+// the lab: h200-2026-12-01-s9-own.txt.)
 template <typename T, int D, int NWG, int BN, int STAGES>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
@@ -626,7 +633,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 
         if (n_blocks > 0) {
             uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
-            if (c == NWG - 1) bar_arrive(8, 256); // consumer 0 issues first
+            if (c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first
             mbar_wait(fullQ, qi & 1);
             qi++;
 
@@ -674,7 +681,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             bar_sync(8 + c, 256);
             wgmma_fence();
             sm90_issue_pv<T, D, BN>(O, P, sV0 + lst * KV_BYTES);
-            if (c != NWG - 1) bar_arrive(8 + c + 1, 256); // (the last consumer's arrival would have no taker)
+            bar_arrive(8 + (c + 1) % NWG, 256); // the last consumer: to consumer 0, for the next tile
             wgmma_wait<0>();
             if ((tid & 127) == 0) mbar_arrive(emptyV + 8 * lst);
 #pragma unroll
@@ -688,6 +695,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         sm90_fwd_tile(p, tile2, &m_block2, &b2, &h2);
         sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
     }
+    if (c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
 #endif
 }
 
