@@ -8,6 +8,11 @@ backward, two warm-ups then one profiled call each, for Nsight Compute. What a p
 
 Shape: bf16, B * S = 16k, hidden 2048 (bench_gpu.py's training shapes). Every kernel launched is
 profiled (ncu's --kernel-name regex:... narrows it); the script prints the order it calls them in.
+Our backward alone, its third call (at --dim 256 each backward launches two sm90 kernels, dK/dV then
+dQ: skip 4, count 2):
+
+    ncu --kernel-name regex:flashc_bwd_sm90 --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+        --section WarpStateStats python3 dev/cuda/profile_peers.py --lib build/libflashc.so --dim 64 --bwd
 """
 import argparse
 import os

@@ -266,12 +266,17 @@ static int64_t fp8_vt_cols(const flashc_problem *p) {
     return fp8_vt_col0(p->varlen ? p->cu_k_host[p->B] : (int64_t)p->B * p->Sk, p->B);
 }
 
-// + 128: V^T starts at the first 128-byte boundary of the workspace (its TMA map needs one; a
-// caller's workspace is promised only 64-byte alignment, and would otherwise take the cp.async kernel)
+// A workspace array that a TMA map reads (the e4m3 V^T, the backward's dq_acc) starts at the next
+// 128-byte boundary, which the maps need, and its size has WS_TMA_SLACK bytes for that: flashc.h
+// promises a caller's workspace 64-byte alignment only, and a 64-byte base would send the problem to
+// the cp.async kernels.
+#define WS_TMA_SLACK 128
+static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uintptr_t)127); }
+
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     (void)ctx;
     const size_t vt = p->dtype == FLASHC_DTYPE_E4M3 ? (size_t)p->H_kv * p->D * fp8_vt_cols(p) : 0;
-    return vt ? vt + 128 : 0;
+    return vt ? vt + WS_TMA_SLACK : 0;
 }
 
 static flashc_status finish(flashc_ctx *ctx, cudaStream_t stream) {
@@ -300,7 +305,7 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
         if (!P.a.aligned || !strides16(p->q_stride) || !strides16(p->k_stride) || !strides16(p->v_stride))
             return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "q, k, v, o: E4M3 needs 16-byte aligned tensors, q/k/v "
                                 "strides multiples of 16 and o strides multiples of 8 elements");
-        P.vt = (uint8_t *)(((uintptr_t)a->ws + 127) & ~(uintptr_t)127);
+        P.vt = (uint8_t *)ws_tma_base(a->ws);
         P.vt_cols = fp8_vt_cols(p);
     }
     cudaStream_t stream = (cudaStream_t)a->stream;
@@ -322,10 +327,8 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
 // Workspace layout (each array at a 256-byte offset), rows as ws_row() in flashc_cuda_common.cuh:
 //   lse2   fp32 [ws_rows]
 //   delta  fp32 [ws_rows]
-//   dq_acc fp32 [ws_rows][D_pad]      (only where dq_acc_needed), moved up to the next 128-byte
-//                                     boundary of the address (128 bytes of slack): the sm90
-//                                     kernels' TMA map of it needs that, and flashc.h asks the
-//                                     caller for 64-byte alignment only
+//   dq_acc fp32 [ws_rows][D_pad]      (only where dq_acc_needed), at ws_tma_base: the sm90
+//                                     kernels reduce into it through a TMA map
 // The atomic mode's fp32 dQ accumulator, except at head dim 256 on Hopper: the wgmma kernels there
 // add no atomics, and what they leave to the mma.sync kernels (tensors without 16-byte access,
 // varlen, seqused_k) runs those kernels' deterministic dQ (1.14x the time of their atomic one, on
@@ -343,7 +346,7 @@ static void ws_layout(const flashc_problem *p, int acc, int64_t *rows_per_head, 
     const size_t arr = ((size_t)*rows * sizeof(float) + 255) & ~(size_t)255;
     *off_delta = arr;
     *off_dq = 2 * arr;
-    *total = 2 * arr + (!acc || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + 128);
+    *total = 2 * arr + (!acc || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + WS_TMA_SLACK);
 }
 
 static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
@@ -385,7 +388,7 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     ws_layout(p, acc, &P.ws_rows_per_head, &P.ws_rows, &od, &oq, &total);
     P.lse2 = (float *)a->ws;
     P.delta = (float *)((char *)a->ws + od);
-    P.dq_acc = acc ? (float *)(((uintptr_t)a->ws + oq + 127) & ~(uintptr_t)127) : NULL;
+    P.dq_acc = acc ? (float *)ws_tma_base((char *)a->ws + oq) : NULL;
     P.deterministic = !acc; // (the sm90 D = 256 kernels need no flag: they add no atomics in either mode)
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
