@@ -51,6 +51,12 @@ if want test; then
     t=$?
     [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/test.log" | head -20
     note "test (cuda, full sweep): $(tail -1 "$LOG/test.log") [exit $t, $(( $(date +%s) - start )) s; log test.log]"
+    # the same sweep on a persistent forward grid of 3 CTAs: many tiles per CTA, paired tiles
+    start=$(date +%s)
+    FLASHC_CUDA_CTAS=3 timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_flashc" --backend cuda >"$LOG/test_ctas3.log" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/test_ctas3.log" | head -20
+    note "test (cuda, FLASHC_CUDA_CTAS=3): $(tail -1 "$LOG/test_ctas3.log") [exit $t, $(( $(date +%s) - start )) s; log test_ctas3.log]"
     start=$(date +%s)
     timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_kvcache" --backend cuda >"$LOG/kvcache.log" 2>&1
     t=$?

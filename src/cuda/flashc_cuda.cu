@@ -26,6 +26,7 @@ typedef struct flashc_cuda_priv {
     int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
     int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force the forward's lockstep / ping-pong / TMA loop,
                       // 1 or 2 / 3 / 4 the backward's cp.async / TMA 2-stage / 3-stage mode (0: tuned)
+    int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs
     int *dec_counters;      // the decode's split counters with the ctx's own workspace: zero between calls
     size_t dec_counters_n;
 } flashc_cuda_priv;
@@ -86,6 +87,10 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     env = getenv("FLASHC_CUDA_SM90");
     pv->sm90 = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
     pv->sm90_pp = env && env[0] >= '1' && env[0] <= '4' ? env[0] - '0' : 0;
+    // FLASHC_CUDA_CTAS=N: a smaller persistent grid, so that the tests run many tiles per CTA (and
+    // the paired tile order of flashc_sm90_fwd.cuh) on their small problems.
+    env = getenv("FLASHC_CUDA_CTAS");
+    pv->max_ctas = env ? atoi(env) : 0;
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -314,7 +319,7 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     const int Dp = p->dtype == FLASHC_DTYPE_E4M3 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
     const int sm90 = p->dtype == FLASHC_DTYPE_E4M3 || (pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin);
     P.sm90_pp = pv->sm90_pp;
-    P.ctas = pv->sm_count;
+    P.ctas = pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
     FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
     if (p->varlen && p->cu_q_host[0] > 0)
         FLASHC_CUDA_TRY(ctx, zero_rows(a->o, p->o_stride, p->cu_q_host[0], p->H, p->D, a->lse, p->total_q, stream));

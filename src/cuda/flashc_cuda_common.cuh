@@ -58,6 +58,7 @@ typedef struct flashc_fwd_params {
     int n_m_blocks;                 // ceil(Sq / BM) query blocks per (batch, head)
     int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
     int ctas;                       // sm90 TMA kernel: CTAs of its persistent grid (SMs; 0: one per tile)
+    int tile_pairs;                 // sm90 TMA kernel: 1 = a CTA runs query blocks M - 1 - q and q in turn
     int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong, 3 TMA (FLASHC_CUDA_SM90)
     float o_scale;                  // O_i is multiplied by it at the end: v_descale for E4M3, else 1
     uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, flashc_fp8_vt_kernel)

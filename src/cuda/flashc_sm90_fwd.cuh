@@ -186,6 +186,41 @@ static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p,
     *b = bh / p.a.H;
 }
 
+// The persistent kernel's order (flashc_fwd_sm90_ws_kernel): the p.bh_chunk (batch, head)s of
+// one GQA group side by side, so that all query blocks of a head are in flight together and share
+// its K/V through L2. With p.tile_pairs (causal, windows), unit v is member v & 1 of pair v >> 1,
+// and a CTA runs both members of each pair it takes: query blocks M - 1 - q and q of one (batch,
+// head), whose causal work adds up to the same M + 1 key blocks whatever q is, so that a static
+// stride over pairs balances (over single tiles, heaviest first, CTA i got the i-th heaviest of
+// every round). False for the empty second member of the middle block (M odd). Without
+// tile_pairs, unit v is tile v of sm90_fwd_tile.
+// H200, one process against L2-sized groups of heads and single tiles, heaviest first (dev/cuda/ab.py,
+// bench/results/h200-2026-12-01-s10-order.txt), S = 512 .. 16384: causal D = 128 1.06-1.14x,
+// D = 256 1.14-1.25x, D = 64 1.00-1.03x, e4m3 1.01-1.10x; non-causal (groups only) D = 128
+// 1.00-1.07x, D = 256 1.00-1.10x (most at S = 512), D = 64 1.00x.
+static __device__ __forceinline__ bool sm90_fwd_unit(const flashc_fwd_params &p, int v, int *m_block, int *b, int *h) {
+    if (!p.tile_pairs) {
+        sm90_fwd_tile(p, v, m_block, b, h);
+        return true;
+    }
+    const int M = p.n_m_blocks, BH = p.a.B * p.a.H, per_chunk = (M + 1) / 2 * p.bh_chunk;
+    const int pair = v >> 1, chunk = pair / per_chunk, in_chunk = pair % per_chunk;
+    const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk);
+    const int q = in_chunk / heads, bh = chunk * p.bh_chunk + in_chunk % heads;
+    *m_block = v & 1 ? q : M - 1 - q;
+    *h = bh % p.a.H;
+    *b = bh / p.a.H;
+    return !((v & 1) && q == M - 1 - q);
+}
+
+// This CTA's walk: both members of pairs blockIdx.x, + gridDim.x, ... (or tiles, without pairs).
+static __device__ __forceinline__ int sm90_fwd_unit_first(const flashc_fwd_params &p) {
+    return p.tile_pairs ? 2 * (int)blockIdx.x : (int)blockIdx.x;
+}
+static __device__ __forceinline__ int sm90_fwd_unit_next(const flashc_fwd_params &p, int unit) {
+    return !p.tile_pairs ? unit + (int)gridDim.x : unit & 1 ? unit + 2 * (int)gridDim.x - 1 : unit + 1;
+}
+
 // What the TMA kernel's producer and consumers both derive from a tile index: its sequence, first
 // query row m0 and key blocks nb_min .. nb_max - 1 (full_lo / full_hi as key_blocks_of_rows).
 // False when the tile has no query rows (a short varlen sequence).
@@ -195,9 +230,9 @@ typedef struct sm90_fwd_work {
 } sm90_fwd_work;
 
 template <int BM, int BN>
-static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params &p, int tile, sm90_fwd_work *w) {
+static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params &p, int unit, sm90_fwd_work *w) {
     int m_block;
-    sm90_fwd_tile(p, tile, &m_block, &w->b, &w->h);
+    if (!sm90_fwd_unit(p, unit, &m_block, &w->b, &w->h)) return false;
     w->s = cuda_seq(p.a, w->b);
     w->m0 = m_block * BM;
     if (w->m0 >= w->s.sq) return false;
@@ -533,8 +568,8 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
     }
 }
 
-// Persistent: gridDim.x CTAs (one per SM) walk the tiles blockIdx.x, + gridDim.x, ... in the
-// order of sm90_fwd_tile (heaviest query blocks first), so a CTA's next Q_i and first K_j, V_j
+// Persistent: gridDim.x CTAs (one per SM) walk the units of sm90_fwd_unit (tiles, or pairs of
+// tiles that balance causal work) with a stride of gridDim.x, so a CTA's next Q_i and first K_j, V_j
 // load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
 // has its own full / empty pair (empty once both consumers' last S_ij of the tile is done).
 // The consumers take turns issuing wgmmas (named barriers 8 + c), across tiles too: the last
@@ -562,7 +597,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const uint32_t fullQ = sV0 + STAGES * KV_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
                    emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int n_tiles = p.n_m_blocks * p.a.B * p.a.H;
+    const int n_units = (p.tile_pairs ? (p.n_m_blocks + 1) / 2 * 2 : p.n_m_blocks) * p.a.B * p.a.H;
 
     if (tid == 0) { // Q: a ring of one slot
         ring_init(fullQ, emptyQ, 1, NWG);
@@ -579,9 +614,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         tma_prefetch_map(&maps.k);
         tma_prefetch_map(&maps.v);
         int kv = 0, qi = 0; // key blocks and Q tiles loaded so far
-        for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
-            if (!sm90_fwd_work_of<BM, BN>(p, tile, &w)) continue;
+            if (!sm90_fwd_work_of<BM, BN>(p, unit, &w)) continue;
             const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
             if (n_blocks <= 0) continue;
             // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
@@ -616,9 +651,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const int c = wg - 1, lane = tid & 31, warp = (tid >> 5) & 3;
     const int trow = c * 64 + warp * 16 + (lane >> 2), lane_col = 2 * (lane & 3);
     int kv = 0, qi = 0;
-    for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
         sm90_fwd_work w;
-        if (!sm90_fwd_work_of<BM, BN>(p, tile, &w)) continue;
+        if (!sm90_fwd_work_of<BM, BN>(p, unit, &w)) continue;
         const flashc_cuda_seq &s = w.s;
         const int b = w.b, h = w.h, m0 = w.m0, nb_max = w.nb_max, full_lo = w.full_lo, full_hi = w.full_hi;
         const int n_blocks = nb_max - w.nb_min;
@@ -690,9 +725,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         }
         // the tile's coordinates again rather than kept live through the loop (registers: without
         // this, D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes)
-        int tile2 = tile, m_block2, b2, h2;
-        asm volatile("" : "+r"(tile2));
-        sm90_fwd_tile(p, tile2, &m_block2, &b2, &h2);
+        int unit2 = unit, m_block2, b2, h2;
+        asm volatile("" : "+r"(unit2));
+        sm90_fwd_unit(p, unit2, &m_block2, &b2, &h2);
         sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
     }
     if (c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
@@ -735,7 +770,8 @@ __global__ void __launch_bounds__(128) flashc_fp8_vt_kernel(const __grid_constan
 // ------------------------------------------------------------------------------------------------
 // launchers: one per tile shape, and the tuned one per (dtype, D), instantiated in inst/*_sm90.cu
 
-// (batch, head)s per CTA group: as many as keep the group's K and V within ~24 MB of the H200's
+// (batch, head)s per CTA group of the one-CTA-per-tile kernel (the persistent one runs GQA groups:
+// sm90_fwd_unit): as many as keep the group's K and V within ~24 MB of the H200's
 // 50 MB L2 (all of a group's query blocks run at about the same time and reread the same K/V),
 // whole GQA groups at a time. Causal / windowed problems take one group (heaviest query blocks
 // first over the whole grid, the mma.sync kernel's order): with groups, each group's heavy
@@ -793,8 +829,14 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
     if (blocks == 0) return cudaSuccess;
-    if (p->bh_chunk <= 0) p->bh_chunk = flashc_sm90_bh_chunk(p);
-    if (blocks > 0x3fffffffLL) return cudaErrorInvalidConfiguration; // (tile + gridDim.x stays an int)
+    if (blocks > 0x1fffffffLL) return cudaErrorInvalidConfiguration; // (units + 2 gridDim.x stay ints)
+    // The persistent kernel runs one GQA group of heads side by side (the others group heads to fit
+    // L2) and, where causal or a window skip key blocks, pairs query blocks (sm90_fwd_unit) once
+    // there are more tiles than CTAs. (Paired non-causal tiles only lose: an odd M leaves pairs of
+    // one tile, 0.75x at D = 64, S = 512, where M = 3.)
+    p->tile_pairs = ws && p->ctas > 0 && blocks > p->ctas && (p->a.window_left >= 0 || p->a.window_right >= 0);
+    const long long BH = (long long)p->a.B * p->a.H;
+    if (p->bh_chunk <= 0) p->bh_chunk = !ws ? flashc_sm90_bh_chunk(p) : p->a.group < BH ? p->a.group : (int)BH;
     if constexpr (sm90_elem<T>::FP8) { // V^T, and 4 groups of zeros past each sequence (fp8_vt_col0)
         const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
@@ -803,7 +845,8 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
         void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
-        const long long grid = p->ctas > 0 && p->ctas < blocks ? p->ctas : blocks; // persistent: one CTA per SM
+        const long long units = p->tile_pairs ? (long long)(p->n_m_blocks + 1) / 2 * BH : blocks;
+        const long long grid = p->ctas > 0 && p->ctas < units ? p->ctas : units; // persistent: one CTA per SM
         kernel<<<(unsigned)grid, (NWG + 1) * 128, smem, stream>>>(*p, maps);
     } else {
         void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, LOOP == 1>;
