@@ -541,14 +541,35 @@ typedef struct flashc_sm90_maps {
     CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
 } flashc_sm90_maps;
 
-// Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory
-// (each quad of lanes writes 16 contiguous bytes of a row per 8 columns). The persistent kernel
-// cannot stage O_i in the Q tile, which already receives the next tile's Q_i.
+// 4 x 4 transpose of 32-bit words within each quad of lanes: lane j holds w[k] = M[j][k] and
+// gets M[k][j] (one exchange with lane j ^ 1, then with lane j ^ 2; 4 shuffles).
+static __device__ __forceinline__ void quad_transpose4(uint32_t *w, int j) {
+#pragma unroll
+    for (int x = 1; x <= 2; x *= 2) {
+        const bool up = j & x;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k & x) continue; // the pair (k, k + x)
+            const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? w[k] : w[k + x], x);
+            if (up) w[k] = got;
+            else w[k + x] = got;
+        }
+    }
+}
+
+// Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory.
+// The persistent kernel cannot stage O_i in the Q tile, which already receives the next tile's
+// Q_i. A quad's 4 lanes hold 2 columns each of every 8: a quad transpose gives each lane 8
+// contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu on branch fwd-trace, D = 128,
+// S = 512): with a 4-byte store per column pair the epilogue took ~4300 of a tile's ~16900 cycles;
+// 16-byte stores, one process against them (h200-2026-12-01-s10b-final.txt): S = 512 1.06x / 1.16x
+// at D = 128 / 256 (causal 1.10x / 1.16x, e4m3 D = 256 1.17-1.20x), S = 2048 1.02-1.10x, 16384 within
+// 0.98-1.02x.
 template <typename T, int D, int BM>
 static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_params &p, const flashc_cuda_seq &s, int b,
                                                            int h, int m0, int wg, const float *O, const float *m_i,
                                                            const float *l_i) {
-    const int t128 = threadIdx.x & 127, lane = t128 & 31;
+    const int t128 = threadIdx.x & 127, lane = t128 & 31, j = lane & 3;
     const int trow = wg * 64 + (t128 >> 5) * 16 + (lane >> 2);
     const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
     uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0) * p.o_rs + h * p.o_hs;
@@ -557,14 +578,21 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
         const float l = quad_sum(l_i[r]);
         const float inv = l > 0.f ? p.o_scale / l : 0.f;
         const int row = trow + 8 * r;
-        if (m0 + row >= s.sq) continue;
-        uint16_t *orow = Og + (int64_t)row * p.o_rs + 2 * (lane & 3);
+        const bool in = m0 + row < s.sq; // the same for the quad (every lane shuffles)
+        uint16_t *orow = Og + (int64_t)row * p.o_rs + 8 * j;
 #pragma unroll
-        for (int nt = 0; nt < D / 8; nt++)
-            if (8 * nt + 2 * (lane & 3) < p.a.D) // D is a multiple of 8: a pair is in or out
-                *(uint32_t *)(orow + 8 * nt) =
-                    pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
-        if (p.lse && (lane & 3) == 0) p.lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+        for (int g = 0; g < D / 32; g++) { // columns 32 g .. 32 g + 31
+            uint32_t w[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int nt = 4 * g + k;
+                w[k] = pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+            }
+            quad_transpose4(w, j); // lane j: columns 32 g + 8 j .. + 7
+            if (in && 32 * g + 8 * j < p.a.D) // D is a multiple of 8: 8 columns are in or out
+                *(uint4 *)(orow + 32 * g) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        if (in && p.lse && j == 0) p.lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
     }
 }
 
