@@ -34,6 +34,12 @@
 #include "flashc_cuda_tune.h"
 #include "flashc_sm90.cuh"
 
+// Phase stamps of the persistent kernel (wg: 0 producer, 1 + c consumer c; unit: the CTA's Q tile
+// count; event: see dev/cuda/fwd90_trace.cu, which defines the hook; nothing by default)
+#ifndef FLASHC_FWD_TRACE
+#define FLASHC_FWD_TRACE(wg, unit, event) do {} while (0)
+#endif
+
 // Accumulator element i of thread lane l (within its warp) sits at row 8 ((i >> 1) & 1) + l / 4
 // of the warp's 16 rows, column 8 (i >> 2) + 2 (l % 4) + (i & 1) (HOPPER-NOTES 1.6).
 
@@ -651,7 +657,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             const int h_kv = w.h / p.a.group, qb = p.a.cu_q ? 0 : w.b, k_r0 = (int)w.s.k_row0;
             const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, w.s, w.b) : 0;
             // (after the previous tile's last S_ij is done with Q)
+            FLASHC_FWD_TRACE(0, qi, 0);
             ring_acquire(fullQ, emptyQ, qi++, 1, BM * D * ES);
+            FLASHC_FWD_TRACE(0, qi - 1, 1);
             sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)w.s.q_row0 + w.m0, w.h, qb, fullQ);
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
@@ -669,6 +677,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                         sm90_tma_rows<BN, D * 2, 2>(sV0 + st * KV_BYTES, &maps.v, 0, k_r0 + n0, h_kv, qb, bar);
                 }
             }
+            FLASHC_FWD_TRACE(0, qi - 1, 2);
             kv += n_blocks;
         }
         return;
@@ -694,10 +703,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         for (int i = 0; i < D / 2; i++) O[i] = 0.f;
         float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
 
+        FLASHC_FWD_TRACE(1 + c, qi, 0);
         if (n_blocks > 0) {
             uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
             if (c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first
             mbar_wait(fullQ, qi & 1);
+            FLASHC_FWD_TRACE(1 + c, qi, 1);
             qi++;
 
             // S_ij = Q_i K_j^T, masked; for t > 0 the PV of block t - 1 runs under this block's softmax
@@ -707,8 +718,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 const int n0 = (nb_max - 1 - t) * BN;
                 float S[BN / 2];
                 mbar_wait(fullK + 8 * st, ph);
+                if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 7);
                 bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
                 wgmma_fence();
+                if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 2);
                 sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
                 if (t > 0) {
                     mbar_wait(fullV + 8 * pst, pph);
@@ -719,6 +732,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                     bar_arrive(8 + (c + 1) % NWG, 256);
                     wgmma_wait<0>();
                 }
+                if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 3);
                 if ((tid & 127) == 0) {
                     mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
                     // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ
@@ -738,6 +752,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 sm90_rescale_pack<T, D, BN>(O, P, S, rescale, alpha);
             }
 
+            FLASHC_FWD_TRACE(1 + c, qi - 1, 4);
             // the last O_i += P V
             const int lst = (kv + n_blocks - 1) % STAGES, lph = ((kv + n_blocks - 1) / STAGES) & 1;
             mbar_wait(fullV + 8 * lst, lph);
@@ -747,6 +762,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             bar_arrive(8 + (c + 1) % NWG, 256); // the last consumer: to consumer 0, for the next tile
             wgmma_wait<0>();
             if ((tid & 127) == 0) mbar_arrive(emptyV + 8 * lst);
+            FLASHC_FWD_TRACE(1 + c, qi - 1, 5);
 #pragma unroll
             for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
             kv += n_blocks;
@@ -757,6 +773,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         asm volatile("" : "+r"(unit2));
         sm90_fwd_unit(p, unit2, &m_block2, &b2, &h2);
         sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
+        FLASHC_FWD_TRACE(1 + c, qi - 1, 6);
     }
     if (c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
 #endif

@@ -1,0 +1,119 @@
+// fwd90_trace.cu -- where the persistent Hopper forward's time goes per tile: clock64 stamps at the
+// FLASHC_FWD_TRACE hooks of flashc_sm90_fwd.cuh (Q_i landed, K_0 landed, the wgmma turn, first S_ij,
+// the key loop, the last PV, the epilogue), averaged over the middle tiles of every CTA.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/cuda/fwd90_trace.cu -lcuda -o build/fwd90_trace
+//   build/fwd90_trace [seqlen ...]   (default 512 2048)
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TR_CTAS 132
+#define TR_UNITS 96
+__device__ unsigned long long g_trace[TR_CTAS][4][TR_UNITS][8];
+#define FLASHC_FWD_TRACE(wg, unit, ev)                                                                 \
+    do {                                                                                               \
+        if ((threadIdx.x & 127) == 0 && blockIdx.x < TR_CTAS && (unit) < TR_UNITS)                     \
+            g_trace[blockIdx.x][wg][unit][ev] = clock64();                                             \
+    } while (0)
+#include "cuda/flashc_sm90_fwd.cuh"
+#include "lab.h"
+
+typedef __nv_bfloat16 bf16;
+static unsigned long long h_trace[TR_CTAS][4][TR_UNITS][8];
+
+__global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        x[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f) * 4.f - 2.f);
+    }
+}
+
+template <int D>
+static void run(int S, int causal) {
+    const int B = 16384 / S, H = 2048 / D;
+    const size_t n = (size_t)B * S * H * D;
+    bf16 *q, *k, *v, *o;
+    float *lse;
+    CK(cudaMalloc(&q, n * 2));
+    CK(cudaMalloc(&k, n * 2));
+    CK(cudaMalloc(&v, n * 2));
+    CK(cudaMalloc(&o, n * 2));
+    CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+    fill_kernel<<<1024, 256>>>(q, n, 1u);
+    fill_kernel<<<1024, 256>>>(k, n, 2u);
+    fill_kernel<<<1024, 256>>>(v, n, 3u);
+    flashc_fwd_params p;
+    memset(&p, 0, sizeof p);
+    flashc_cuda_attn *a = &p.a;
+    a->B = B, a->H = a->H_kv = H, a->group = 1, a->Sq = a->Sk = S, a->D = D, a->total_q = (int64_t)B * S;
+    a->window_left = -1, a->window_right = causal ? 0 : -1;
+    a->scale = 1.f / sqrtf((float)D), a->scale_log2 = a->scale * FLASHC_LOG2E, a->aligned = 1;
+    p.o_scale = 1.f;
+    CK(cudaDeviceGetAttribute(&p.ctas, cudaDevAttrMultiProcessorCount, 0));
+    p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+    p.q_bs = p.k_bs = p.v_bs = p.o_bs = (int64_t)H * D * S;
+    p.q_rs = p.k_rs = p.v_rs = p.o_rs = (int64_t)H * D;
+    p.q_hs = p.k_hs = p.v_hs = p.o_hs = D;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms = 0.f;
+    for (int r = 0; r < 6; r++) {
+        flashc_fwd_params pr = p;
+        void *tp;
+        CK(cudaGetSymbolAddress(&tp, g_trace));
+        CK(cudaMemset(tp, 0, sizeof h_trace));
+        CK(cudaEventRecord(e0));
+        CK(flashc_cuda_fwd_sm90_launch<bf16, D>(&pr, 0));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+    }
+    CK(cudaMemcpyFromSymbol(h_trace, g_trace, sizeof h_trace));
+    // phases of consumer c (events: 0 top, 1 Q_i landed, 7 K_0 landed, 2 turn, 3 S_0 done, 4 loop done,
+    // 5 last PV done, 6 stored; next top) and of the producer (0 top, 1 Q slot free, 2 all issued)
+    const char *name[] = {"Q wait", "K0 wait", "turn", "S_0", "loop", "last PV", "store", "to next", "unit",
+                          "prod: Q slot wait", "prod: issue", "prod: to next"};
+    double sum[12] = {0};
+    long cnt = 0;
+    for (int cta = 0; cta < TR_CTAS; cta++)
+        for (int u = 1; u + 2 < TR_UNITS; u++) {
+            if (!h_trace[cta][1][u + 1][0] || !h_trace[cta][2][u + 1][0] || !h_trace[cta][0][u + 1][0]) break;
+            for (int c = 1; c <= 2; c++) {
+                const unsigned long long *e = h_trace[cta][c][u], *nx = h_trace[cta][c][u + 1];
+                const double d[9] = {(double)(e[1] - e[0]), (double)(e[7] - e[1]), (double)(e[2] - e[7]),
+                                     (double)(e[3] - e[2]), (double)(e[4] - e[3]), (double)(e[5] - e[4]),
+                                     (double)(e[6] - e[5]), (double)(nx[0] - e[6]), (double)(nx[0] - e[0])};
+                for (int i = 0; i < 9; i++) sum[i] += d[i] / 2;
+            }
+            const unsigned long long *e = h_trace[cta][0][u], *nx = h_trace[cta][0][u + 1];
+            sum[9] += (double)(e[1] - e[0]), sum[10] += (double)(e[2] - e[1]), sum[11] += (double)(nx[0] - e[2]);
+            cnt++;
+        }
+    const double fl = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+    printf("D=%d S=%d causal=%d: %.3f ms, %.1f TFLOP/s; mean cycles per unit over %ld middle units (consumers' mean):\n",
+           D, S, causal, ms, fl / ms / 1e9, cnt);
+    for (int i = 0; i < 12; i++) printf("  %-18s %8.0f\n", name[i], cnt ? sum[i] / cnt : 0.);
+    fflush(stdout);
+    CK(cudaFree(q));
+    CK(cudaFree(k));
+    CK(cudaFree(v));
+    CK(cudaFree(o));
+    CK(cudaFree(lse));
+}
+
+int main(int argc, char **argv) {
+    int seqs[8] = {512, 2048}, ns = 2;
+    if (argc > 1) {
+        ns = 0;
+        for (int i = 1; i < argc && ns < 8; i++) seqs[ns++] = atoi(argv[i]);
+    }
+    for (int si = 0; si < ns; si++)
+        for (int causal = 0; causal < 2; causal++) {
+            run<128>(seqs[si], causal);
+            run<256>(seqs[si], causal);
+        }
+    return 0;
+}
