@@ -201,9 +201,9 @@ static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p,
 // every round). False for the empty second member of the middle block (M odd). Without
 // tile_pairs, unit v is tile v of sm90_fwd_tile.
 // H200, one process against L2-sized groups of heads and single tiles, heaviest first (dev/cuda/ab.py,
-// bench/results/h200-2026-12-01-s10-order.txt), S = 512 .. 16384: causal D = 128 1.06-1.14x,
-// D = 256 1.14-1.25x, D = 64 1.00-1.03x, e4m3 1.01-1.10x; non-causal (groups only) D = 128
-// 1.00-1.07x, D = 256 1.00-1.10x (most at S = 512), D = 64 1.00x.
+// bench/results/h200-2026-12-01-s10-order.txt, part 6), S = 512 .. 16384: causal D = 128 1.09-1.15x,
+// D = 256 1.15-1.25x, D = 64 1.01-1.04x, e4m3 1.01-1.11x; non-causal (groups only) D = 128
+// 0.995-1.05x, D = 256 1.00-1.14x (most at S = 512), D = 64 0.98-1.00x.
 static __device__ __forceinline__ bool sm90_fwd_unit(const flashc_fwd_params &p, int v, int *m_block, int *b, int *h) {
     if (!p.tile_pairs) {
         sm90_fwd_tile(p, v, m_block, b, h);
