@@ -219,6 +219,17 @@ static void build_cases(void) {
             c.win = 1, c.wl = WIN[wi][0], c.wr = WIN[wi][1], c.causal = WIN[wi][2];
             add(c);
         }
+    // three query blocks of 128 rows (an odd count: the persistent Hopper forward pairs blocks 2 and
+    // 0, and runs block 1 alone) under causal and a left-only window, at the compiled head dims
+    // (gpu.sh runs the sweep again with FLASHC_CUDA_CTAS=3, where these take the paired order)
+    static const int ODDM[][3] = {{64, 1, -1}, {128, 1, -1}, {256, 1, -1}, {128, 0, 100}};
+    for (int i = 0; i < 4; i++) {
+        tcase c = mk(1, 2, 1, 300, 300, ODDM[i][0], DT3[1 + i % 2]);
+        c.causal = ODDM[i][1];
+        if (ODDM[i][2] >= 0) c.win = 1, c.wl = ODDM[i][2], c.wr = -1;
+        add(c);
+    }
+
     // fully masked rows: causal or a right window with Sq > Sk, no keys at all, no queries at all
     static const int MASKED[][5] = {{64, 16, 1, -1, -1}, {100, 10, 0, 2, 0}, {129, 1, 1, -1, -1}, {17, 0, 0, -1, -1},
                                     {17, 0, 1, -1, -1},  {0, 17, 0, -1, -1}, {0, 17, 1, -1, -1},  {0, 0, 0, -1, -1},

@@ -397,6 +397,14 @@ int main(int argc, char **argv) {
         printf("%s: skipped (%s)\n", be, flashc__cuda_device_present ? "no device" : "not compiled in");
         ctx = NULL;
     }
+    // the same cases again on a persistent grid of 3 CTAs (FLASHC_CUDA_CTAS, read when a context is
+    // made): many tiles per CTA, and the paired tile order of causal problems, varlen included
+    flashc_ctx *ctx3 = NULL;
+    if (ctx && strcmp(be, "ref")) {
+        setenv("FLASHC_CUDA_CTAS", "3", 1);
+        if (flashc_ctx_create(&ctx3, FLASHC_BACKEND_CUDA, 0) != FLASHC_OK) ctx3 = NULL;
+        unsetenv("FLASHC_CUDA_CTAS");
+    }
     for (int ci = 0; ci < N_CASES; ci++) {
         tc_rng rng = tc_rng_make(seed, (uint64_t)ci);
         fdata F;
@@ -408,8 +416,10 @@ int main(int argc, char **argv) {
             run_case(ctx, be, &CASES[ci], &F, 0);
             run_case(ctx, be, &CASES[ci], &F, 64);
         }
+        if (ctx3) run_case(ctx3, "cuda-ctas3", &CASES[ci], &F, 0);
         fdata_free(&F);
     }
     flashc_ctx_free(ctx);
+    flashc_ctx_free(ctx3);
     return tc_summary("test_fp8");
 }

@@ -1,6 +1,8 @@
 // fwd90_trace.cu -- where the persistent Hopper forward's time goes per tile: clock64 stamps at the
 // FLASHC_FWD_TRACE hooks of flashc_sm90_fwd.cuh (Q_i landed, K_0 landed, the wgmma turn, first S_ij,
-// the key loop, the last PV, the epilogue), averaged over the middle tiles of every CTA.
+// the key loop, the last PV, the epilogue), averaged over the middle tiles of every CTA. For the
+// two-consumer tiles (D = 128, 256; the summary reads consumers 1 and 2) and full tiles (no
+// windows: a tile without key blocks leaves its stamps on the previous one).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/cuda/fwd90_trace.cu -lcuda -o build/fwd90_trace
 //   build/fwd90_trace [seqlen ...]   (default 512 2048)
 #include <math.h>
@@ -12,7 +14,7 @@
 __device__ unsigned long long g_trace[TR_CTAS][4][TR_UNITS][8];
 #define FLASHC_FWD_TRACE(wg, unit, ev)                                                                 \
     do {                                                                                               \
-        if ((threadIdx.x & 127) == 0 && blockIdx.x < TR_CTAS && (unit) < TR_UNITS)                     \
+        if ((threadIdx.x & 127) == 0 && blockIdx.x < TR_CTAS && (unit) >= 0 && (unit) < TR_UNITS)      \
             g_trace[blockIdx.x][wg][unit][ev] = clock64();                                             \
     } while (0)
 #include "cuda/flashc_sm90_fwd.cuh"

@@ -21,9 +21,9 @@
 // in a ring of STAGES K and STAGES V buffers: at the top of iteration t (after one CTA barrier)
 // K_t+STAGES-1 and V_t+STAGES-2 are issued into the buffers whose last readers (S_t-1, PV_t-2)
 // every warpgroup has already waited for (its ping-pong loop and the TMA kernel use full / empty
-// mbarriers instead). Tiles are ordered in groups of p.bh_chunk (batch, head)s, heaviest query
-// blocks first inside a group, so that the K/V a group streams stays in L2 (the host sizes the
-// group).
+// mbarriers instead). The cp.async kernel's tiles are ordered in groups of p.bh_chunk (batch,
+// head)s, heaviest query blocks first inside a group, so that the K/V a group streams stays in L2
+// (the host sizes the group); the persistent TMA kernel's order is sm90_fwd_unit's.
 // e4m3 inputs (T = __nv_fp8_e4m3) run the same loop with k32 wgmmas: Q_i and K_j tiles are the same
 // bytes as a bf16 tile of half the head dim, V_j is read as V^T (written by flashc_fp8_vt_kernel,
 // keys permuted so that P_ij needs no shuffles: sm90_pack_p), O_i is bf16 and scaled by v_descale.
@@ -196,8 +196,8 @@ static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p,
 // one GQA group side by side, so that all query blocks of a head are in flight together and share
 // its K/V through L2. With p.tile_pairs (causal, windows), unit v is member v & 1 of pair v >> 1,
 // and a CTA runs both members of each pair it takes: query blocks M - 1 - q and q of one (batch,
-// head), whose causal work adds up to the same M + 1 key blocks whatever q is, so that a static
-// stride over pairs balances (over single tiles, heaviest first, CTA i got the i-th heaviest of
+// head), whose causal work adds up to about the same whatever q is (M + 1 key blocks where BN = BM
+// and Sq = Sk), so that a static stride over pairs balances (over single tiles, heaviest first, CTA i got the i-th heaviest of
 // every round). False for the empty second member of the middle block (M odd). Without
 // tile_pairs, unit v is tile v of sm90_fwd_tile.
 // H200, one process against L2-sized groups of heads and single tiles, heaviest first (dev/cuda/ab.py,
@@ -227,9 +227,10 @@ static __device__ __forceinline__ int sm90_fwd_unit_next(const flashc_fwd_params
     return !p.tile_pairs ? unit + (int)gridDim.x : unit & 1 ? unit + 2 * (int)gridDim.x - 1 : unit + 1;
 }
 
-// What the TMA kernel's producer and consumers both derive from a tile index: its sequence, first
-// query row m0 and key blocks nb_min .. nb_max - 1 (full_lo / full_hi as key_blocks_of_rows).
-// False when the tile has no query rows (a short varlen sequence).
+// What the TMA kernel's producer and consumers both derive from a unit of sm90_fwd_unit: its
+// sequence, first query row m0 and key blocks nb_min .. nb_max - 1 (full_lo / full_hi as
+// key_blocks_of_rows). False when the unit is the empty member of a pair or its tile has no query
+// rows (a short varlen sequence): producer and consumers skip the same units.
 typedef struct sm90_fwd_work {
     int b, h, m0, nb_min, nb_max, full_lo, full_hi;
     flashc_cuda_seq s;
@@ -566,11 +567,11 @@ static __device__ __forceinline__ void quad_transpose4(uint32_t *w, int j) {
 // Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory.
 // The persistent kernel cannot stage O_i in the Q tile, which already receives the next tile's
 // Q_i. A quad's 4 lanes hold 2 columns each of every 8: a quad transpose gives each lane 8
-// contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu on branch fwd-trace, D = 128,
-// S = 512): with a 4-byte store per column pair the epilogue took ~4300 of a tile's ~16900 cycles;
-// 16-byte stores, one process against them (h200-2026-12-01-s10b-final.txt): S = 512 1.06x / 1.16x
-// at D = 128 / 256 (causal 1.10x / 1.16x, e4m3 D = 256 1.17-1.20x), S = 2048 1.02-1.10x, 16384 within
-// 0.98-1.02x.
+// contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu, D = 128, S = 512): with a
+// 4-byte store per column pair the epilogue took ~4300 of a tile's ~16900 cycles; 16-byte stores,
+// one process against them (h200-2026-12-01-s10b-final.txt): S = 512 1.06x / 1.16x at D = 128 / 256
+// (causal 1.10x / 1.16x, e4m3 D = 256 1.17-1.20x), S = 2048 1.02-1.10x, 16384 0.98-1.02x; but
+// causal D = 64, S = 512 0.95x.
 template <typename T, int D, int BM>
 static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_params &p, const flashc_cuda_seq &s, int b,
                                                            int h, int m0, int wg, const float *O, const float *m_i,
@@ -876,10 +877,11 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     if (blocks == 0) return cudaSuccess;
     if (blocks > 0x1fffffffLL) return cudaErrorInvalidConfiguration; // (units + 2 gridDim.x stay ints)
     // The persistent kernel runs one GQA group of heads side by side (the others group heads to fit
-    // L2) and, where causal or a window skip key blocks, pairs query blocks (sm90_fwd_unit) once
-    // there are more tiles than CTAs. (Paired non-causal tiles only lose: an odd M leaves pairs of
-    // one tile, 0.75x at D = 64, S = 512, where M = 3.)
-    p->tile_pairs = ws && p->ctas > 0 && blocks > p->ctas && (p->a.window_left >= 0 || p->a.window_right >= 0);
+    // L2) and, where one side of the window is bounded (causal: the work grows with the query block;
+    // a left window: it shrinks), pairs query blocks (sm90_fwd_unit) once there are more tiles than
+    // CTAs. Where every block has about the same work (no window, or both sides bounded) pairs only
+    // lose: an odd M leaves pairs of one tile (non-causal D = 64, S = 512, M = 3: 0.75x).
+    p->tile_pairs = ws && p->ctas > 0 && blocks > p->ctas && (p->a.window_left >= 0) != (p->a.window_right >= 0);
     const long long BH = (long long)p->a.B * p->a.H;
     if (p->bh_chunk <= 0) p->bh_chunk = !ws ? flashc_sm90_bh_chunk(p) : p->a.group < BH ? p->a.group : (int)BH;
     if constexpr (sm90_elem<T>::FP8) { // V^T, and 4 groups of zeros past each sequence (fp8_vt_col0)
