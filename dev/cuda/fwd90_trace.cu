@@ -1,8 +1,8 @@
 // fwd90_trace.cu -- where the persistent Hopper forward's time goes per tile: clock64 stamps at the
 // FLASHC_FWD_TRACE hooks of flashc_sm90_fwd.cuh (Q_i landed, K_0 landed, the wgmma turn, first S_ij,
-// the key loop, the last PV, the epilogue), averaged over the middle tiles of every CTA. For the
-// two-consumer tiles (D = 128, 256; the summary reads consumers 1 and 2) and full tiles (no
-// windows: a tile without key blocks leaves its stamps on the previous one).
+// the key loop, the last PV, the epilogue), averaged over the middle tiles of every CTA and its
+// consumer warpgroups. For full tiles only (no windows: a tile without key blocks leaves its
+// stamps on the previous one).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/cuda/fwd90_trace.cu -lcuda -o build/fwd90_trace
 //   build/fwd90_trace [seqlen ...]   (default 512 2048)
 #include <math.h>
@@ -34,7 +34,7 @@ __global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
 
 template <int D>
 static void run(int S, int causal) {
-    const int B = 16384 / S, H = 2048 / D;
+    const int B = 16384 / S, H = 2048 / D, NWG = flashc_cuda_tune_fwd_sm90(D, false, causal).nwarps / 4;
     const size_t n = (size_t)B * S * H * D;
     bf16 *q, *k, *v, *o;
     float *lse;
@@ -82,13 +82,15 @@ static void run(int S, int causal) {
     long cnt = 0;
     for (int cta = 0; cta < TR_CTAS; cta++)
         for (int u = 1; u + 2 < TR_UNITS; u++) {
-            if (!h_trace[cta][1][u + 1][0] || !h_trace[cta][2][u + 1][0] || !h_trace[cta][0][u + 1][0]) break;
-            for (int c = 1; c <= 2; c++) {
+            int done = !h_trace[cta][0][u + 1][0];
+            for (int c = 1; c <= NWG; c++) done |= !h_trace[cta][c][u + 1][0];
+            if (done) break;
+            for (int c = 1; c <= NWG; c++) {
                 const unsigned long long *e = h_trace[cta][c][u], *nx = h_trace[cta][c][u + 1];
                 const double d[9] = {(double)(e[1] - e[0]), (double)(e[7] - e[1]), (double)(e[2] - e[7]),
                                      (double)(e[3] - e[2]), (double)(e[4] - e[3]), (double)(e[5] - e[4]),
                                      (double)(e[6] - e[5]), (double)(nx[0] - e[6]), (double)(nx[0] - e[0])};
-                for (int i = 0; i < 9; i++) sum[i] += d[i] / 2;
+                for (int i = 0; i < 9; i++) sum[i] += d[i] / NWG;
             }
             const unsigned long long *e = h_trace[cta][0][u], *nx = h_trace[cta][0][u + 1];
             sum[9] += (double)(e[1] - e[0]), sum[10] += (double)(e[2] - e[1]), sum[11] += (double)(nx[0] - e[2]);
@@ -114,6 +116,7 @@ int main(int argc, char **argv) {
     }
     for (int si = 0; si < ns; si++)
         for (int causal = 0; causal < 2; causal++) {
+            run<64>(seqs[si], causal);
             run<128>(seqs[si], causal);
             run<256>(seqs[si], causal);
         }
