@@ -313,63 +313,68 @@ static void tile_pv_acc(float *restrict O_T, const float *restrict alpha, const 
 
 #define BCB FLASHC_CPU_BWD_BC
 
+// The backward steps compute the first nc columns (keys) of the BR x BC tiles, nc a multiple of
+// BWD_COLS: the keys past them are seen by none of the query block's rows (P_ij = 0 there).
+#define BWD_COLS (BWD_NV * W)
+
 // S_ij = Q_i K_j^T  (Alg. 2 line 11; K_j^T carries the scale). Q_i: nq rows, stride q_rs.
 static void tile_qkT_rows(float *restrict S, const float *restrict Q_i, int64_t q_rs, const float *restrict K_jT,
-                          int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, BCB, D, 0, NULL);
+                          int64_t nq, int64_t nc, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, nc, D, 0, NULL);
 }
 
 // S_ij[r][c] -= slope2 * |i0 + r + sk - sq - (j0 + c)|
-static void tile_alibi_qk(float *restrict S, int64_t nq, int64_t i0, int64_t j0, int64_t diag_off, float slope2) {
+static void tile_alibi_qk(float *restrict S, int64_t nq, int64_t nc, int64_t i0, int64_t j0, int64_t diag_off,
+                          float slope2) {
     for (int64_t r = 0; r < nq; r++) {
         float *s = S + r * BCB;
         float base = (float)(i0 + r + diag_off - j0);
-        for (int c = 0; c < BCB; c++) s[c] -= slope2 * fabsf(base - (float)c);
+        for (int c = 0; c < nc; c++) s[c] -= slope2 * fabsf(base - (float)c);
     }
 }
 
 // S_ij[r][c] = -inf where key j0 + c is outside [lo[r], hi[r]); also masks the padding keys past
 // the sequence's end, since hi <= sk.
-static void tile_mask_qk(float *restrict S, int64_t nq, int64_t j0, const int64_t *lo, const int64_t *hi) {
+static void tile_mask_qk(float *restrict S, int64_t nq, int64_t nc, int64_t j0, const int64_t *lo, const int64_t *hi) {
     for (int64_t r = 0; r < nq; r++) {
         float *s = S + r * BCB;
-        for (int c = 0; c < BCB; c++)
+        for (int c = 0; c < nc; c++)
             if (j0 + c < lo[r] || j0 + c >= hi[r]) s[c] = -INFINITY;
     }
 }
 
 // P_ij = 2^(S_ij - L_i log2 e), in place  (Alg. 2 line 13: P recomputed from the LSE)
-static void tile_exp_sub_lse(float *restrict S, const float *restrict L2, int64_t nq) {
+static void tile_exp_sub_lse(float *restrict S, const float *restrict L2, int64_t nq, int64_t nc) {
     for (int64_t r = 0; r < nq; r++) {
         FLASHC_VF32 l2 = FLASHC_VF32_SET1(L2[r]);
         float *s = S + r * BCB;
-        for (int c = 0; c < BCB; c += W)
+        for (int c = 0; c < nc; c += W)
             FLASHC_VF32_STORE(s + c, flashc_vexp2(FLASHC_VF32_SUB(FLASHC_VF32_LOAD(s + c), l2)));
     }
 }
 
 // dV_j += P_ij^T dO_i, as dV_j^T += dO_i^T P_ij  (Alg. 2 line 16). dO_i: nq rows, stride do_rs.
 static void tile_dv_acc(float *restrict dV_jT, const float *restrict dO_i, int64_t do_rs, const float *restrict P,
-                        int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, BCB, nq, 1, NULL);
+                        int64_t nq, int64_t nc, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, nc, nq, 1, NULL);
 }
 
 // dP_ij = dO_i V_j^T  (Alg. 2 line 17)
 static void tile_dP(float *restrict dP, const float *restrict dO_i, int64_t do_rs, const float *restrict V_jT,
-                    int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, BCB, D, 0, NULL);
+                    int64_t nq, int64_t nc, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, nc, D, 0, NULL);
 }
 
 // dS_ij = P_ij o (dP_ij - D_i), in place over dP  (Alg. 2 line 19); with softcap also
 // o (1 - T^2), the derivative of cap * tanh(x / cap).
 static void tile_ds(float *restrict dP, const float *restrict P, const float *restrict Di, const float *restrict T,
-                    int64_t nq) {
+                    int64_t nq, int64_t nc) {
     FLASHC_VF32 one = FLASHC_VF32_SET1(1.0f);
     for (int64_t r = 0; r < nq; r++) {
         FLASHC_VF32 di = FLASHC_VF32_SET1(Di[r]);
         float *ds = dP + r * BCB;
         const float *p = P + r * BCB;
-        for (int c = 0; c < BCB; c += W) {
+        for (int c = 0; c < nc; c += W) {
             FLASHC_VF32 g = FLASHC_VF32_MUL(FLASHC_VF32_LOAD(p + c), FLASHC_VF32_SUB(FLASHC_VF32_LOAD(ds + c), di));
             if (T) {
                 FLASHC_VF32 t = FLASHC_VF32_LOAD(T + r * BCB + c);
@@ -382,8 +387,8 @@ static void tile_ds(float *restrict dP, const float *restrict P, const float *re
 
 // dK_j += dS_ij^T Q_i, as dK_j^T += Q_i^T dS_ij  (Alg. 2 line 21; the scale is applied at the store)
 static void tile_dk_acc(float *restrict dK_jT, const float *restrict Q_i, int64_t q_rs, const float *restrict dS,
-                        int64_t nq, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, BCB, nq, 1, NULL);
+                        int64_t nq, int64_t nc, int64_t D) {
+    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, nc, nq, 1, NULL);
 }
 
 // dQ_i += dS_ij K_j  (Alg. 2 line 20; K_j carries the scale). dQ_i: nq rows of Dp, stride dq_ld.
