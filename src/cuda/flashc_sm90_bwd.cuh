@@ -10,9 +10,9 @@
 // together (LATE_DV) and lse2_i / D_i brought by the consumers (OWN_STATS): H200, one process,
 // 1.01-1.08x its cp.async mode (bench/results/h200-2026-12-01-s9-own.txt; S = 16k: 369 against 344
 // TFLOP/s), which FLASHC_CUDA_SM90=1 / 2 still selects. (Before OWN_STATS the producer's bulk
-// copies of lse2_i / D_i ran 1.07-1.29x, but racecheck flagged them: -s8-bwd64-ws.txt.) (Earlier, without LATE_DV, the TMA mode spilled 196 bytes
-// at 240 registers and ptxas serialised every wgmma; with 64-row steps every form tried had run
-// 0.80-0.94x the mma.sync kernel.)
+// copies of lse2_i / D_i ran 1.07-1.29x, but racecheck flagged them: -s8-bwd64-ws.txt. Earlier,
+// without LATE_DV, the TMA mode spilled 196 bytes at 240 registers and ptxas serialised every
+// wgmma; with 64-row steps every form tried had run 0.80-0.94x the mma.sync kernel.)
 // Head dim 256 has its own two kernels (the D = 256 sections at the end).
 //
 // One CTA per (key block K_j of BN = 128 rows, batch, kv head), 2 warpgroups (256 threads), each

@@ -197,9 +197,9 @@ static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p,
 // its K/V through L2. With p.tile_pairs (causal, windows), unit v is member v & 1 of pair v >> 1,
 // and a CTA runs both members of each pair it takes: query blocks M - 1 - q and q of one (batch,
 // head), whose causal work adds up to about the same whatever q is (M + 1 key blocks where BN = BM
-// and Sq = Sk), so that a static stride over pairs balances (over single tiles, heaviest first, CTA i got the i-th heaviest of
-// every round). False for the empty second member of the middle block (M odd). Without
-// tile_pairs, unit v is tile v of sm90_fwd_tile.
+// and Sq = Sk), so that a static stride over pairs balances (over single tiles, heaviest first,
+// CTA i got the i-th heaviest of every round). False for the empty second member of the middle
+// block (M odd). Without tile_pairs, unit v is tile v of sm90_fwd_tile.
 // H200, one process against L2-sized groups of heads and single tiles, heaviest first (dev/cuda/ab.py,
 // bench/results/h200-2026-12-01-s10-order.txt, part 6), S = 512 .. 16384: causal D = 128 1.09-1.15x,
 // D = 256 1.15-1.25x, D = 64 1.01-1.04x, e4m3 1.01-1.11x; non-causal (groups only) D = 128
@@ -883,7 +883,7 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     // lose: an odd M leaves pairs of one tile (non-causal D = 64, S = 512, M = 3: 0.75x).
     p->tile_pairs = ws && p->ctas > 0 && blocks > p->ctas && (p->a.window_left >= 0) != (p->a.window_right >= 0);
     const long long BH = (long long)p->a.B * p->a.H;
-    if (p->bh_chunk <= 0) p->bh_chunk = !ws ? flashc_sm90_bh_chunk(p) : p->a.group < BH ? p->a.group : (int)BH;
+    if (p->bh_chunk <= 0) p->bh_chunk = ws ? p->a.group : flashc_sm90_bh_chunk(p); // (group <= H <= B H)
     if constexpr (sm90_elem<T>::FP8) { // V^T, and 4 groups of zeros past each sequence (fp8_vt_col0)
         const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
