@@ -49,6 +49,28 @@ typedef struct flashc_cuda_attn {
 // Forward. Strides are in elements: [batch, row, head]; the batch stride is 0 in varlen mode.
 // q, o: (B, Sq, H, D) or (total_q, H, D); k, v: (B, Sk, H_kv, D) or (total_k, H_kv, D);
 // lse: fp32 natural log, (B, H, Sq) or (H, total_q), may be NULL.
+// n / d for 0 <= n < 2^31 by a multiply-high and a shift instead of a ~25-instruction division
+// (Granlund and Montgomery; CUTLASS's FastDivmod): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d)
+// errs by e < d <= 2^l, so n e < 2^(31 + l) and the floor is exact; d = 1 passes n through.
+typedef struct flashc_fastdiv {
+    uint32_t d, mul, shift;
+} flashc_fastdiv;
+
+static inline flashc_fastdiv flashc_fastdiv_make(uint32_t d) {
+    flashc_fastdiv f = {d, 0, 0};
+    if (d > 1) {
+        uint32_t l = 0;
+        while ((1ull << l) < d) l++;
+        f.mul = (uint32_t)(((1ull << (31 + l)) + d - 1) / d);
+        f.shift = l - 1;
+    }
+    return f;
+}
+
+static __device__ __forceinline__ int fastdiv(int n, const flashc_fastdiv &f) {
+    return f.d == 1 ? n : (int)(__umulhi((uint32_t)n, f.mul) >> f.shift);
+}
+
 typedef struct flashc_fwd_params {
     flashc_cuda_attn a;
     const void *q, *k, *v;
@@ -59,6 +81,7 @@ typedef struct flashc_fwd_params {
     int bh_chunk;                   // sm90 kernel: (batch, head)s per group of CTAs sharing K/V in L2
     int ctas;                       // sm90 TMA kernel: CTAs of its persistent grid (SMs; 0: one per tile)
     int tile_pairs;                 // sm90 TMA kernel: 1 = a CTA runs query blocks M - 1 - q and q in turn
+    flashc_fastdiv div_chunk, div_heads, div_H; // sm90: the tile order's divisors (sm90_fwd_tile)
     int sm90_pp;                    // sm90 kernel: 0 tuned, 1 lockstep, 2 ping-pong, 3 TMA (FLASHC_CUDA_SM90)
     float o_scale;                  // O_i is multiplied by it at the end: v_descale for E4M3, else 1
     uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, flashc_fp8_vt_kernel)

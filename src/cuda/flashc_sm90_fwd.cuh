@@ -184,12 +184,13 @@ static __device__ __forceinline__ void sm90_load_rows(uint32_t tile, const char 
 // blocks first inside a group (flashc_sm90_bh_chunk).
 static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p, int cta, int *m_block, int *b, int *h) {
     const int BH = p.a.B * p.a.H, per_chunk = p.n_m_blocks * p.bh_chunk;
-    const int chunk = cta / per_chunk, in_chunk = cta % per_chunk;
+    const int chunk = fastdiv(cta, p.div_chunk), in_chunk = cta - chunk * per_chunk;
     const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk); // the last group may be smaller
-    *m_block = p.n_m_blocks - 1 - in_chunk / heads;
-    const int bh = chunk * p.bh_chunk + in_chunk % heads;
-    *h = bh % p.a.H;
-    *b = bh / p.a.H;
+    const int q = heads == p.bh_chunk ? fastdiv(in_chunk, p.div_heads) : in_chunk / heads;
+    *m_block = p.n_m_blocks - 1 - q;
+    const int bh = chunk * p.bh_chunk + in_chunk - q * heads;
+    *b = fastdiv(bh, p.div_H);
+    *h = bh - *b * p.a.H;
 }
 
 // The persistent kernel's order (flashc_fwd_sm90_ws_kernel): the p.bh_chunk (batch, head)s of
@@ -210,12 +211,13 @@ static __device__ __forceinline__ bool sm90_fwd_unit(const flashc_fwd_params &p,
         return true;
     }
     const int M = p.n_m_blocks, BH = p.a.B * p.a.H, per_chunk = (M + 1) / 2 * p.bh_chunk;
-    const int pair = v >> 1, chunk = pair / per_chunk, in_chunk = pair % per_chunk;
+    const int pair = v >> 1, chunk = fastdiv(pair, p.div_chunk), in_chunk = pair - chunk * per_chunk;
     const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk);
-    const int q = in_chunk / heads, bh = chunk * p.bh_chunk + in_chunk % heads;
+    const int q = heads == p.bh_chunk ? fastdiv(in_chunk, p.div_heads) : in_chunk / heads;
+    const int bh = chunk * p.bh_chunk + in_chunk - q * heads;
     *m_block = v & 1 ? q : M - 1 - q;
-    *h = bh % p.a.H;
-    *b = bh / p.a.H;
+    *b = fastdiv(bh, p.div_H);
+    *h = bh - *b * p.a.H;
     return !((v & 1) && q == M - 1 - q);
 }
 
@@ -884,6 +886,9 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     p->tile_pairs = ws && p->ctas > 0 && blocks > p->ctas && (p->a.window_left >= 0) != (p->a.window_right >= 0);
     const long long BH = (long long)p->a.B * p->a.H;
     if (p->bh_chunk <= 0) p->bh_chunk = ws ? p->a.group : flashc_sm90_bh_chunk(p); // (group <= H <= B H)
+    p->div_chunk = flashc_fastdiv_make((uint32_t)((p->tile_pairs ? (p->n_m_blocks + 1) / 2 : p->n_m_blocks) * p->bh_chunk));
+    p->div_heads = flashc_fastdiv_make((uint32_t)p->bh_chunk);
+    p->div_H = flashc_fastdiv_make((uint32_t)p->a.H);
     if constexpr (sm90_elem<T>::FP8) { // V^T, and 4 groups of zeros past each sequence (fp8_vt_col0)
         const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
