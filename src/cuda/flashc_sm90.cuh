@@ -31,23 +31,36 @@ static __device__ __forceinline__ uint32_t sw128_offset(int rows, int r, int c) 
 // ------------------------------------------------------------------------------------------------
 // shared-memory matrix descriptors (HOPPER-NOTES 2.1, 2.3): 128B swizzle, base_offset 0
 
+// The descriptor's two words: low = start address | LBO << 16, high = SBO | the swizzle (bit 62).
+// Built from 32-bit halves so that a k-step's offset is one 32-bit add to the low word (shared
+// memory < 256 KB: the 14-bit start field never carries into LBO) and the constant high word stays
+// out of it. Built as one 64-bit value, ptxas did the offset adds as 64-bit adds in vector registers
+// and moved each descriptor to uniform registers: the D = 128 forward's wgmma turn took 182
+// instructions a key block, 132 now (SASS); H200, one process against that (dev/cuda/ab.py,
+// bench/results/h200-2026-12-02-s11.txt): forward 1.00-1.04x, backward D = 256 1.03-1.07x.
+static __device__ __forceinline__ uint64_t sm90_desc_words(uint32_t lo, uint32_t hi) {
+    uint64_t d;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(hi));
+    return d;
+}
 static __device__ __forceinline__ uint64_t sm90_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | ((uint64_t)1 << 62);
+    return sm90_desc_words(((saddr & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16), ((sbo & 0x3FFFF) >> 4) | (1u << 30));
 }
 
 // K-major operand (A = Q rows, or B = K rows) of a tile with `rows` rows, starting at row r0 and
 // k-step kk (16 elements): the k-step lies in column block kk / 4, at +32 bytes per step inside
 // the 128-byte row; LBO is unused with the swizzle, SBO = 8 rows * 128 B.
 static __device__ __forceinline__ uint64_t sm90_desc_kmajor(uint32_t tile, int rows, int r0, int kk) {
-    return sm90_desc(tile + (uint32_t)((kk >> 2) * rows * 128 + r0 * 128 + (kk & 3) * 32), 16, 1024);
+    return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)((kk >> 2) * rows * 8 + r0 * 8 + (kk & 3) * 2) | (1u << 16),
+                           (1024 >> 4) | (1u << 30));
 }
 
 // MN-major B operand (V: rows = k, columns = N) of a tile with `rows` rows, k-step kk (rows
 // 16 kk .. 16 kk + 15): LBO = distance between 64-column blocks (rows * 128 B), SBO = 8 rows * 128 B,
 // +2048 B per k-step. Use with tnspB = 1 (wgmma_rs).
 static __device__ __forceinline__ uint64_t sm90_desc_mnmajor(uint32_t tile, int rows, int kk) {
-    return sm90_desc(tile + (uint32_t)(kk * 2048), (uint32_t)(rows * 128), 1024);
+    return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)(kk * 128) | ((uint32_t)(rows * 8) << 16),
+                           (1024 >> 4) | (1u << 30));
 }
 
 // ------------------------------------------------------------------------------------------------
