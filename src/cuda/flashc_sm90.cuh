@@ -51,7 +51,7 @@ static __device__ __forceinline__ uint64_t sm90_desc(uint32_t saddr, uint32_t lb
 // k-step kk (16 elements): the k-step lies in column block kk / 4, at +32 bytes per step inside
 // the 128-byte row; LBO is unused with the swizzle, SBO = 8 rows * 128 B.
 static __device__ __forceinline__ uint64_t sm90_desc_kmajor(uint32_t tile, int rows, int r0, int kk) {
-    return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)((kk >> 2) * rows * 8 + r0 * 8 + (kk & 3) * 2) | (1u << 16),
+    return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)((kk >> 2) * rows * 8 + r0 * 8 + (kk & 3) * 2 + (1 << 16)),
                            (1024 >> 4) | (1u << 30));
 }
 
@@ -61,6 +61,15 @@ static __device__ __forceinline__ uint64_t sm90_desc_kmajor(uint32_t tile, int r
 static __device__ __forceinline__ uint64_t sm90_desc_mnmajor(uint32_t tile, int rows, int kk) {
     return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)(kk * 128) | ((uint32_t)(rows * 8) << 16),
                            (1024 >> 4) | (1u << 30));
+}
+
+// The calling thread's warpgroup (threadIdx.x / 128, minus `first`), through a shuffle from lane 0:
+// the same value, but one ptxas knows is warp-uniform, so that descriptors derived from it stay
+// in uniform registers (R2UR in the backward kernels: 123 / 215 / 412 -> 49 / 70 / 278 at D = 64
+// / 128 / 256). H200, one process (bench/results/h200-2026-12-02-s11.txt): backward 1.00-1.04x,
+// forward 0.99-1.02x (D = 128, S = 16384: 1.013-1.016x).
+static __device__ __forceinline__ int warpgroup_uniform(int first) {
+    return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - first, 0);
 }
 
 // ------------------------------------------------------------------------------------------------

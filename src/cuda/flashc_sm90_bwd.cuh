@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
         }
         reg_alloc<240>();
     }
-    const int tid = threadIdx.x - (WS ? 128 : 0), wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int tid = threadIdx.x - (WS ? 128 : 0), wg = warpgroup_uniform(WS ? 1 : 0), wl = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, c = lane & 3;
 
     float dK[D / 2], dV[D / 2];
@@ -566,7 +566,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
     reg_alloc<240>();
-    const int tid = threadIdx.x - 128, wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int tid = threadIdx.x - 128, wg = warpgroup_uniform(1), wl = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, c = lane & 3;
 
     float dK[64], dV[64]; // columns 128 wg + 8 j + 2 c (+1) of keys n0 + 16 wl + g (+8): element 4 j + 2 hh + e
@@ -783,7 +783,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
     reg_alloc<240>();
-    const int tid = threadIdx.x - 128, wg = tid >> 7, wl = (tid >> 5) & 3, lane = tid & 31;
+    const int tid = threadIdx.x - 128, wg = warpgroup_uniform(1), wl = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, c = lane & 3;
     const int r0 = wl * 16 + g; // this thread's rows r0, r0 + 8 of Q_i
 

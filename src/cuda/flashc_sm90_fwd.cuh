@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
     const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
     const uint32_t full0 = sV0 + STAGES * KV_BYTES, empty0 = full0 + 8 * STAGES; // PP: mbarriers
 
-    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+    const int tid = threadIdx.x, wg = warpgroup_uniform(0), lane = tid & 31, warp = (tid >> 5) & 3;
 
     int m_block, b, h;
     sm90_fwd_tile(p, (int)blockIdx.x, &m_block, &b, &h);
@@ -633,7 +633,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
     const uint32_t fullQ = sV0 + STAGES * KV_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
                    emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES;
-    const int tid = threadIdx.x, wg = tid >> 7;
+    const int tid = threadIdx.x, wg = warpgroup_uniform(0);
     const int n_units = (p.tile_pairs ? (p.n_m_blocks + 1) / 2 * 2 : p.n_m_blocks) * p.a.B * p.a.H;
 
     if (tid == 0) { // Q: a ring of one slot
