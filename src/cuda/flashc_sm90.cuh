@@ -34,9 +34,9 @@ static __device__ __forceinline__ uint32_t sw128_offset(int rows, int r, int c) 
 // The descriptor's two words: low = start address | LBO << 16, high = SBO | the swizzle (bit 62).
 // Built from 32-bit halves so that a k-step's offset is one 32-bit add to the low word (shared
 // memory < 256 KB: the 14-bit start field never carries into LBO) and the constant high word stays
-// out of it. Built as one 64-bit value, ptxas did the offset adds as 64-bit adds in vector registers
-// and moved each descriptor to uniform registers: the D = 128 forward's wgmma turn took 182
-// instructions a key block, 132 now (SASS); H200, one process against that (dev/cuda/ab.py,
+// out of it. Rebuilt per wgmma from the address as one 64-bit value (masks, shifts, ORs, then both
+// words moved to uniform registers), the D = 128 forward's wgmma turn took 182 instructions a key
+// block, 132 now (SASS); H200, one process against that (dev/cuda/ab.py,
 // bench/results/h200-2026-12-02-s11.txt): forward 1.00-1.04x, backward D = 256 1.03-1.07x.
 static __device__ __forceinline__ uint64_t sm90_desc_words(uint32_t lo, uint32_t hi) {
     uint64_t d;
