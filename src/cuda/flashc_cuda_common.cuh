@@ -46,9 +46,6 @@ typedef struct flashc_cuda_attn {
     int aligned;                    // every tensor allows 16-byte vector access (pointers and strides)
 } flashc_cuda_attn;
 
-// Forward. Strides are in elements: [batch, row, head]; the batch stride is 0 in varlen mode.
-// q, o: (B, Sq, H, D) or (total_q, H, D); k, v: (B, Sk, H_kv, D) or (total_k, H_kv, D);
-// lse: fp32 natural log, (B, H, Sq) or (H, total_q), may be NULL.
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift instead of a ~25-instruction division
 // (Granlund and Montgomery; CUTLASS's FastDivmod): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d)
 // errs by e < d <= 2^l, so n e < 2^(31 + l) and the floor is exact; d = 1 passes n through.
@@ -71,6 +68,9 @@ static __device__ __forceinline__ int fastdiv(int n, const flashc_fastdiv &f) {
     return f.d == 1 ? n : (int)(__umulhi((uint32_t)n, f.mul) >> f.shift);
 }
 
+// Forward. Strides are in elements: [batch, row, head]; the batch stride is 0 in varlen mode.
+// q, o: (B, Sq, H, D) or (total_q, H, D); k, v: (B, Sk, H_kv, D) or (total_k, H_kv, D);
+// lse: fp32 natural log, (B, H, Sq) or (H, total_q), may be NULL.
 typedef struct flashc_fwd_params {
     flashc_cuda_attn a;
     const void *q, *k, *v;
