@@ -182,15 +182,22 @@ static __device__ __forceinline__ void sm90_load_rows(uint32_t tile, const char 
 
 // The (query block, batch, head) of CTA cta: groups of p.bh_chunk (batch, head)s, heaviest query
 // blocks first inside a group (flashc_sm90_bh_chunk).
-static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p, int cta, int *m_block, int *b, int *h) {
-    const int BH = p.a.B * p.a.H, per_chunk = p.n_m_blocks * p.bh_chunk;
-    const int chunk = fastdiv(cta, p.div_chunk), in_chunk = cta - chunk * per_chunk;
+// Index i of an order of groups of p.bh_chunk (batch, head)s, `per` indices each, heads fastest
+// inside a group: its rank q among the query blocks and its (batch, head).
+static __device__ __forceinline__ void sm90_fwd_split(const flashc_fwd_params &p, int i, int per, int *q, int *b,
+                                                      int *h) {
+    const int BH = p.a.B * p.a.H, chunk = fastdiv(i, p.div_chunk), in_chunk = i - chunk * per;
     const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk); // the last group may be smaller
-    const int q = heads == p.bh_chunk ? fastdiv(in_chunk, p.div_heads) : in_chunk / heads;
-    *m_block = p.n_m_blocks - 1 - q;
-    const int bh = chunk * p.bh_chunk + in_chunk - q * heads;
+    *q = heads == p.bh_chunk ? fastdiv(in_chunk, p.div_heads) : in_chunk / heads;
+    const int bh = chunk * p.bh_chunk + in_chunk - *q * heads;
     *b = fastdiv(bh, p.div_H);
     *h = bh - *b * p.a.H;
+}
+
+static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p, int cta, int *m_block, int *b, int *h) {
+    int q;
+    sm90_fwd_split(p, cta, p.n_m_blocks * p.bh_chunk, &q, b, h);
+    *m_block = p.n_m_blocks - 1 - q;
 }
 
 // The persistent kernel's order (flashc_fwd_sm90_ws_kernel): the p.bh_chunk (batch, head)s of
@@ -210,14 +217,10 @@ static __device__ __forceinline__ bool sm90_fwd_unit(const flashc_fwd_params &p,
         sm90_fwd_tile(p, v, m_block, b, h);
         return true;
     }
-    const int M = p.n_m_blocks, BH = p.a.B * p.a.H, per_chunk = (M + 1) / 2 * p.bh_chunk;
-    const int pair = v >> 1, chunk = fastdiv(pair, p.div_chunk), in_chunk = pair - chunk * per_chunk;
-    const int heads = min(p.bh_chunk, BH - chunk * p.bh_chunk);
-    const int q = heads == p.bh_chunk ? fastdiv(in_chunk, p.div_heads) : in_chunk / heads;
-    const int bh = chunk * p.bh_chunk + in_chunk - q * heads;
+    const int M = p.n_m_blocks;
+    int q;
+    sm90_fwd_split(p, v >> 1, (M + 1) / 2 * p.bh_chunk, &q, b, h);
     *m_block = v & 1 ? q : M - 1 - q;
-    *b = fastdiv(bh, p.div_H);
-    *h = bh - *b * p.a.H;
     return !((v & 1) && q == M - 1 - q);
 }
 
