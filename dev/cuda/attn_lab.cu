@@ -23,16 +23,6 @@
 
 typedef __nv_bfloat16 bf16;
 
-__global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f) * 2.f - 1.f);
-    }
-}
-
 __global__ void maxdiff_kernel(const bf16 *a, const bf16 *b, size_t n, float *out) {
     float m = 0.f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -73,10 +63,10 @@ static void setup(lab *L, int S, int D, int causal) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CK(cudaMalloc(bufs[i], L->n * 2));
     CK(cudaMalloc(&L->lse, (size_t)L->B * L->H * S * 4));
     CK(cudaMalloc(&L->tmp, 16));
-    fill_kernel<<<1024, 256>>>(L->q, L->n, 1u);
-    fill_kernel<<<1024, 256>>>(L->k, L->n, 2u);
-    fill_kernel<<<1024, 256>>>(L->v, L->n, 3u);
-    fill_kernel<<<1024, 256>>>(L->dout, L->n, 4u);
+    lab_fill<<<1024, 256>>>(L->q, L->n, 1u, 1.f);
+    lab_fill<<<1024, 256>>>(L->k, L->n, 2u, 1.f);
+    lab_fill<<<1024, 256>>>(L->v, L->n, 3u, 1.f);
+    lab_fill<<<1024, 256>>>(L->dout, L->n, 4u, 1.f);
     const int64_t sq_pad = (S + 127) / 128 * 128, rows = (int64_t)L->B * L->H * sq_pad;
     L->ws_bytes = (size_t)rows * 4 * (2 + 256);
     CK(cudaMalloc(&L->ws, L->ws_bytes));

@@ -23,16 +23,6 @@
 typedef __nv_bfloat16 bf16;
 typedef cudaError_t (*fwd_fn)(flashc_fwd_params *, cudaStream_t);
 
-__global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f) * 4.f - 2.f);
-    }
-}
-
 __global__ void maxdiff_kernel(const bf16 *a, const bf16 *b, size_t n, float *out) {
     float m = 0.f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -70,9 +60,9 @@ static void setup(lab *L, int S, int D, int causal) {
     for (size_t i = 0; i < 5; i++) CK(cudaMalloc(bufs[i], L->n * 2));
     CK(cudaMalloc(&L->lse, (size_t)L->B * L->H * S * 4));
     CK(cudaMalloc(&L->tmp, 16));
-    fill_kernel<<<1024, 256>>>(L->q, L->n, 1u);
-    fill_kernel<<<1024, 256>>>(L->k, L->n, 2u);
-    fill_kernel<<<1024, 256>>>(L->v, L->n, 3u);
+    lab_fill<<<1024, 256>>>(L->q, L->n, 1u, 2.f);
+    lab_fill<<<1024, 256>>>(L->k, L->n, 2u, 2.f);
+    lab_fill<<<1024, 256>>>(L->v, L->n, 3u, 2.f);
     flashc_fwd_params *f = &L->fp;
     memset(f, 0, sizeof *f);
     flashc_cuda_attn *a = &f->a;

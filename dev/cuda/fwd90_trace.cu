@@ -23,15 +23,6 @@ __device__ unsigned long long g_trace[TR_CTAS][4][TR_UNITS][8];
 typedef __nv_bfloat16 bf16;
 static unsigned long long h_trace[TR_CTAS][4][TR_UNITS][8];
 
-__global__ void fill_kernel(bf16 *x, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        x[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f) * 4.f - 2.f);
-    }
-}
-
 template <int D>
 static void run(int S, int causal) {
     const int B = 16384 / S, H = 2048 / D, NWG = flashc_cuda_tune_fwd_sm90(D, false, causal).nwarps / 4;
@@ -43,9 +34,9 @@ static void run(int S, int causal) {
     CK(cudaMalloc(&v, n * 2));
     CK(cudaMalloc(&o, n * 2));
     CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-    fill_kernel<<<1024, 256>>>(q, n, 1u);
-    fill_kernel<<<1024, 256>>>(k, n, 2u);
-    fill_kernel<<<1024, 256>>>(v, n, 3u);
+    lab_fill<<<1024, 256>>>(q, n, 1u, 2.f);
+    lab_fill<<<1024, 256>>>(k, n, 2u, 2.f);
+    lab_fill<<<1024, 256>>>(v, n, 3u, 2.f);
     flashc_fwd_params p;
     memset(&p, 0, sizeof p);
     flashc_cuda_attn *a = &p.a;
