@@ -45,28 +45,24 @@ fi
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | head -1)"
 
 rc=0
+# one test program (the command after the label and the log's name): its last line noted, FAIL lines
+# shown and rc set on failure
+run_test() {
+    label=$1 tlog=$LOG/$2
+    shift 2
+    start=$(date +%s)
+    timeout "${TEST_TIMEOUT:-900}" "$@" >"$tlog" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$tlog" | head -20
+    note "$label: $(tail -1 "$tlog") [exit $t, $(( $(date +%s) - start )) s; log $(basename "$tlog")]"
+}
+
 if want test; then
-    start=$(date +%s)
-    timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_flashc" --backend cuda >"$LOG/test.log" 2>&1
-    t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/test.log" | head -20
-    note "test (cuda, full sweep): $(tail -1 "$LOG/test.log") [exit $t, $(( $(date +%s) - start )) s; log test.log]"
+    run_test "test (cuda, full sweep)" test.log "$BUILD/test_flashc" --backend cuda
     # the same sweep on a persistent forward grid of 3 CTAs: many tiles per CTA, paired tiles
-    start=$(date +%s)
-    FLASHC_CUDA_CTAS=3 timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_flashc" --backend cuda >"$LOG/test_ctas3.log" 2>&1
-    t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/test_ctas3.log" | head -20
-    note "test (cuda, FLASHC_CUDA_CTAS=3): $(tail -1 "$LOG/test_ctas3.log") [exit $t, $(( $(date +%s) - start )) s; log test_ctas3.log]"
-    start=$(date +%s)
-    timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_kvcache" --backend cuda >"$LOG/kvcache.log" 2>&1
-    t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/kvcache.log" | head -20
-    note "test_kvcache (cuda): $(tail -1 "$LOG/kvcache.log") [exit $t, $(( $(date +%s) - start )) s; log kvcache.log]"
-    start=$(date +%s)
-    timeout "${TEST_TIMEOUT:-900}" "$BUILD/test_fp8" --backend cuda >"$LOG/fp8.log" 2>&1
-    t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$LOG/fp8.log" | head -20
-    note "test_fp8 (cuda): $(tail -1 "$LOG/fp8.log") [exit $t, $(( $(date +%s) - start )) s; log fp8.log]"
+    run_test "test (cuda, FLASHC_CUDA_CTAS=3)" test_ctas3.log env FLASHC_CUDA_CTAS=3 "$BUILD/test_flashc" --backend cuda
+    run_test "test_kvcache (cuda)" kvcache.log "$BUILD/test_kvcache" --backend cuda
+    run_test "test_fp8 (cuda)" fp8.log "$BUILD/test_fp8" --backend cuda
 fi
 
 if want python; then
