@@ -76,10 +76,16 @@ template <int BM, int NTHREADS>
 static __device__ __forceinline__ void sm90_load_stats(const flashc_bwd_params &p, const flashc_cuda_seq &s, int b, int h,
                                                        int mm0, float *sL, float *sDl, int tid) {
     const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
-    for (int i = tid; i < BM; i += NTHREADS) {
-        cp_async_4(smem_u32(sL + i), p.lse2 + r0 + i, 4);
-        cp_async_4(smem_u32(sDl + i), p.delta + r0 + i, 4);
-    }
+    if constexpr (BM <= NTHREADS) { // no loop: ptxas made a 4-way unrolled loop with its trip count
+        if (tid < BM) {
+            cp_async_4(smem_u32(sL + tid), p.lse2 + r0 + tid, 4);
+            cp_async_4(smem_u32(sDl + tid), p.delta + r0 + tid, 4);
+        }
+    } else
+        for (int i = tid; i < BM; i += NTHREADS) {
+            cp_async_4(smem_u32(sL + i), p.lse2 + r0 + i, 4);
+            cp_async_4(smem_u32(sDl + i), p.delta + r0 + i, 4);
+        }
 }
 
 // Q_i, dO_i (swizzled) and lse2_i, D_i of query block mm0 of head h.
@@ -97,13 +103,21 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
 
 // X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
 // Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
+// A descriptor from the start field of its tile ((saddr & 0x3FFFF) >> 4, computed once) plus a
+// byte offset: one add per wgmma operand instead of an add, a mask and a shift (tile + offset stays
+// below 256 KB, so the 14-bit field never carries into LBO; the largest layout is 216 KB).
+static __device__ __forceinline__ uint32_t sm90_afield(uint32_t saddr) { return (saddr & 0x3FFFF) >> 4; }
+static __device__ __forceinline__ uint64_t sm90_desc_f(uint32_t afield, uint32_t off, uint32_t lbo) {
+    return sm90_desc_words(afield + (off >> 4) + ((lbo >> 4) << 16), (1024 >> 4) | (1u << 30));
+}
+
 template <typename T, int D, int BN, int BM>
-static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[BM / 2], uint32_t sX, uint32_t sY, int wg) {
+static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[BM / 2], uint32_t fX, uint32_t fY, int wg) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         const uint32_t xo = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
         const uint32_t yo = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-        wgmma_ss<T, BM>(acc, sm90_desc(sX + xo, 16, 1024), sm90_desc(sY + yo, 16, 1024), kk);
+        wgmma_ss<T, BM>(acc, sm90_desc_f(fX, xo, 16), sm90_desc_f(fY, yo, 16), kk);
     }
     wgmma_commit();
 }
@@ -207,6 +221,13 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float
             const float2 dl = *(const float2 *)(sdq + LS * j);
             adS[k4][r] = pack2<T>(S[i] * (dP[i] - dl.x), S[i + 1] * (dP[i + 1] - dl.y));
         }
+}
+
+// stmatrix.m8n8.x4 (b16): register i of every thread is matrix i, whose row j lane 8 i + j addresses.
+static __device__ __forceinline__ void stmatrix_x4(uint32_t saddr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
 }
 
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
@@ -321,6 +342,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     for (int i = 0; i < D / 2; i++) dK[i] = dV[i] = 0.f;
 
     const uint32_t sK = base + OFF_K, sV = base + OFF_V, sdS = base + OFF_DS;
+    const uint32_t fK = sm90_afield(sK), fV = sm90_afield(sV), fdS = sm90_afield(sdS); // start fields
+    const uint32_t fQ0 = sm90_afield(base + OFF_Q), fdO0 = sm90_afield(base + OFF_DO);
     const int nw0 = n0 + wg * 64;                // this warpgroup's first key
     const int kr0 = nw0 + wl * 16 + g;           // key of accumulator rows (+ 8 for the odd pairs)
 
@@ -335,22 +358,24 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
         if (OWN_STATS) sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, sL, sDl, tid);
         cp_async_commit();
 
+        // the head, query block, ring slot and phase of step it, carried from step to step (no division
+        // by n_mb or STAGES at the head of every step)
+        int h = h_kv * p.a.group, mb = mb_begin, st = 0, ph = 0;
+        const int mb_end = mb_begin + n_mb;
         for (int it = 0; it < count; it++) {
-            const int st = WS ? it % STAGES : it & 1;
-            const int h = h_kv * p.a.group + it / n_mb;
-            const int mm0 = (mb_begin + it % n_mb) * BM;
+            const int mm0 = mb * BM;
+            const int mb_next = mb + 1 == mb_end ? mb_begin : mb + 1, h_next = mb + 1 == mb_end ? h + 1 : h;
             if (WS) {
                 if (it == 0 || OWN_STATS) cp_async_wait<0>(); // K_j, V_j; OWN_STATS: this step's lse2_i, D_i
                 if (it == 0) fence_proxy_async_smem();          // K_j, V_j (cp.async) -> visible to wgmma
-                mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i (lse2_i, D_i) landed
+                mbar_wait(full0 + 8 * st, ph); // Q_i, dO_i (lse2_i, D_i) landed
                 // every consumer is done with the previous step's dS^T tile; OWN_STATS: this step's
                 // lse2_i, D_i (slot st) are visible, and the previous step's slot is free
                 bar_sync(4, NTHREADS);
                 if (OWN_STATS) { // the next step's, into that slot
-                    const int sn = (it + 1) % STAGES;
+                    const int sn = st ^ 1;
                     if (it + 1 < count)
-                        sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
-                                                      (mb_begin + (it + 1) % n_mb) * BM, sL + sn * BM, sDl + sn * BM,
+                        sm90_load_stats<BM, NTHREADS>(p, s, b, h_next, mb_next * BM, sL + sn * BM, sDl + sn * BM,
                                                       tid);
                     cp_async_commit();
                 }
@@ -359,20 +384,19 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 fence_proxy_async_smem(); // this thread's cp.async data -> visible to wgmma
                 __syncthreads();     // Q_i, dO_i landed everywhere; the previous step is done everywhere
                 if (it + 1 < count)
-                    sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group + (it + 1) / n_mb,
-                                                       (mb_begin + (it + 1) % n_mb) * BM,
+                    sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_next, mb_next * BM,
                                                        base + OFF_Q + (st ^ 1) * TILE_Q, base + OFF_DO + (st ^ 1) * TILE_Q,
                                                        sL + (st ^ 1) * BM, sDl + (st ^ 1) * BM, tid);
                 cp_async_commit();
             }
-            const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
+            const uint32_t fQs = fQ0 + st * (TILE_Q >> 4), fdOs = fdO0 + st * (TILE_Q >> 4);
 
             // S^T = K_w Q_i^T, dP^T = V_w dO_i^T       (Alg. 2 lines 10, 12), K = D in steps of 16,
             // two groups: P^T is computed while dP^T is still on the tensor cores
             float S[BM / 2], dP[BM / 2];
             wgmma_fence();
-            sm90_issue_rows_t<T, D, BN, BM>(S, sK, sQs, wg);
-            sm90_issue_rows_t<T, D, BN, BM>(dP, sV, sdOs, wg);
+            sm90_issue_rows_t<T, D, BN, BM>(S, fK, fQs, wg);
+            sm90_issue_rows_t<T, D, BN, BM>(dP, fV, fdOs, wg);
 
             const float *l2 = sL + st * BM + 2 * c, *dl = sDl + st * BM + 2 * c; // this thread's queries (+ 8 j)
             const int mm_last = min(mm0 + BM, s.sq) - 1;
@@ -392,7 +416,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             else sm90_p<T, false, false, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc(sdOs + k4 * 2048, BM * 128, 1024), 1);
+            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc_f(fdOs, k4 * 2048, BM * 128), 1);
             wgmma_commit();
 
             // dS^T (line 14; LATE_DV: made above) -> registers for dK_w += dS^T Q_i (line 16; scale
@@ -404,14 +428,16 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 reg_fence(dP);
                 sm90_ds<T>(S, dP, dl, adS);
             }
+            // one stmatrix (four 8 x 8 b16 matrices) per k-step: matrix i = register r of
+            // every thread (keys + 8 (i & 1), chunk 2 k4 + (i >> 1)), its row j at lane 8 i + j. With
+            // the tile 1024-aligned the swizzled chunk is lane's address XOR (2 k4 & 7) << 4.
+            {
+                const int mi = lane >> 3, mj = lane & 7;
+                const uint32_t a0 = sdS + (wg * 64 + wl * 16 + mj + 8 * (mi & 1)) * 128 + (((mi >> 1) ^ mj) << 4);
 #pragma unroll
-            for (int k4 = 0; k4 < BM / 16; k4++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int row = wg * 64 + wl * 16 + g + 8 * (r & 1), chunk = 2 * k4 + (r >> 1);
-                    *(uint32_t *)(sbase + OFF_DS + (chunk >> 3) * (BN * 128) + row * 128 + (((chunk & 7) ^ g) << 4) +
-                                  4 * c) = adS[k4][r];
-                }
+                for (int k4 = 0; k4 < BM / 16; k4++)
+                    stmatrix_x4((a0 ^ ((k4 & 3) << 5)) + (k4 >> 2) * (BN * 128), adS[k4]);
+            }
             fence_proxy_async_smem();
             bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
             if (WS) bar_sync(4, NTHREADS);
@@ -430,21 +456,22 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc(sdS + rb * (BN * 128) + kk * 2048, BN * 128, 1024),
-                                        sm90_desc(sK + cb * (BN * 128) + kk * 2048, BN * 128, 1024), kk);
+                wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc_f(fdS, rb * (BN * 128) + kk * 2048, BN * 128),
+                                        sm90_desc_f(fK, cb * (BN * 128) + kk * 2048, BN * 128), kk);
             wgmma_commit();
             wgmma_fence();
 #pragma unroll
-            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dK, adS[k4], sm90_desc(sQs + k4 * 2048, BM * 128, 1024), 1);
+            for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dK, adS[k4], sm90_desc_f(fQs, k4 * 2048, BM * 128), 1);
             wgmma_commit();
             wgmma_wait<1>();
             reg_fence(dQ);
+            // chunk ^ g = 2 (j & 3) ^ ((c >> 1) ^ g): one base address, XOR (j & 3) << 5
+            const uint32_t q0a = (uint32_t)((wl * 16 + g) * 128 + ((((c >> 1) ^ g)) << 4) + (c & 1) * 8);
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int row = wl * 16 + g + 8 * hh, chunk = 2 * (j & 3) + (c >> 1); // columns 8 j + 2 c, + 1
-                    *(float2 *)(sdQp + (j >> 2) * 8192 + row * 128 + ((chunk ^ g) << 4) + (c & 1) * 8) =
+                for (int hh = 0; hh < 2; hh++) { // columns 8 j + 2 c, + 1
+                    *(float2 *)(sdQp + (j >> 2) * 8192 + 8 * hh * 128 + (q0a ^ ((j & 3) << 5))) =
                         make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]);
                 }
             fence_proxy_async_smem();
@@ -459,6 +486,12 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             if (WS && (tid & 127) == 0) mbar_arrive(empty0 + 8 * st);
             reg_fence(dK);
             reg_fence(dV);
+            mb = mb_next;
+            h = h_next;
+            if (++st == STAGES) {
+                st = 0;
+                ph ^= 1;
+            }
         }
     }
 
