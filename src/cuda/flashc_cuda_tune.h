@@ -65,6 +65,12 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
 // 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T): 2x128 ws, 3 / 2 stages;
 // H200 (same file, dev/cuda/bench_fp8.py) D = 128 S = 4096 / 16384: 737 / 823 TFLOP/s non-causal.
+// The causal tile is for rows that see fewer than flashc_cuda_fwd_sm90_causal_keys keys; longer
+// causal rows take the non-causal tile. H200, 2026-12-02 (dev/cuda/ab.py, bench/results/h200-
+// 2026-12-02-s12.txt), D = 64 causal on 3x128 s3 against 2x128 s3: S = 512 / 1024 / 2048 0.71 /
+// 0.88 / 0.93x, S = 4096 / 8192 / 16384 1.07 / 1.10 / 1.13x (the 192-row tiles waste more of the
+// diagonal and balance worse while tiles are few and short). Windows: not measured.
+static constexpr int flashc_cuda_fwd_sm90_causal_keys = 4096;
 static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool causal = false) {
     return fp8        ? (D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
          : D <= 64   ? (causal ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})

@@ -929,7 +929,9 @@ cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t strea
     constexpr bool fp8 = sm90_elem<T>::FP8;
     constexpr flashc_cuda_tile tn = flashc_cuda_tune_fwd_sm90(D, fp8, false), tc = flashc_cuda_tune_fwd_sm90(D, fp8, true);
     constexpr bool same = tn.bm == tc.bm && tn.bn == tc.bn && tn.stages == tc.stages && tn.pingpong == tc.pingpong;
-    const bool causal = p->a.window_right >= 0; // causal or a right window: both skip key blocks like causal
+    // causal or a right window (both skip key blocks like causal) while a row sees few keys
+    const int row_keys = p->a.window_left >= 0 && p->a.window_left < p->a.Sk ? p->a.window_left + 1 : p->a.Sk;
+    const bool causal = p->a.window_right >= 0 && row_keys < flashc_cuda_fwd_sm90_causal_keys;
     if constexpr (same) return flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
     else return causal ? flashc_cuda_fwd_sm90_tuned<T, D, true>(p, stream) : flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
 }
