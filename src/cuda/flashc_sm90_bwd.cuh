@@ -105,7 +105,7 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
 // Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
 // A descriptor from the start field of its tile ((saddr & 0x3FFFF) >> 4, computed once) plus a
 // byte offset: one add per wgmma operand instead of an add, a mask and a shift (tile + offset stays
-// below 256 KB, so the 14-bit field never carries into LBO; the largest layout is 216 KB).
+// below 256 KB, so the 14-bit field never carries into LBO; the largest layout is 227 KB).
 static __device__ __forceinline__ uint32_t sm90_afield(uint32_t saddr) { return (saddr & 0x3FFFF) >> 4; }
 static __device__ __forceinline__ uint64_t sm90_desc_f(uint32_t afield, uint32_t off, uint32_t lbo) {
     return sm90_desc_words(afield + (off >> 4) + ((lbo >> 4) << 16), (1024 >> 4) | (1u << 30));
@@ -242,11 +242,11 @@ static __device__ __forceinline__ void stmatrix_x4(uint32_t saddr, const uint32_
 static constexpr __host__ __device__ int flashc_sm90_bwd_bm(int D) { return D == 64 ? 128 : FLASHC_SM90_BWD_BM; }
 
 // Shared memory (bytes, from a 1024-aligned base) with its 2 consumer warpgroups (BN = 128 keys) and a
-// STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [BN x BM]; the dQ_i
+// STAGES-deep Q_i ring: K_j, V_j [BN x D]; Q_i, dO_i [STAGES][BM x D]; dS^T [2][BN x BM]; the dQ_i
 // tile (fp32, BM x D in 128-byte swizzled boxes of 64 rows x 32 columns, as the dq map reads them);
 // lse2_i, D_i [STAGES][BM] fp32; 64 bytes of mbarriers; + 1024 to align.
 static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int STAGES = 2) {
-    return 2 * 128 * D * 2 + 2 * STAGES * flashc_sm90_bwd_bm(D) * D * 2 + 128 * flashc_sm90_bwd_bm(D) * 2 +
+    return 2 * 128 * D * 2 + 2 * STAGES * flashc_sm90_bwd_bm(D) * D * 2 + 2 * 128 * flashc_sm90_bwd_bm(D) * 2 +
            flashc_sm90_bwd_bm(D) * D * 4 + 2 * STAGES * flashc_sm90_bwd_bm(D) * 4 + 64 + 1024;
 }
 
@@ -276,7 +276,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     constexpr bool COLS = D >= 128;
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_K = 0, OFF_V = TILE_K, OFF_Q = 2 * TILE_K, OFF_DO = OFF_Q + STAGES * TILE_Q;
-    constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_DQ = OFF_DS + BN * BM * 2; // dQ_i: 2 x 16 KB, 1024-aligned
+    constexpr int TILE_DS = BN * BM * 2;        // dS^T of a step; two, by step parity (below)
+    constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_DQ = OFF_DS + 2 * TILE_DS; // dQ_i: 2 x 16 KB, 1024-aligned
     constexpr int OFF_L = OFF_DQ + BM * D * 4, OFF_DL = OFF_L + STAGES * BM * 4, OFF_BAR = OFF_DL + STAGES * BM * 4;
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(COLS ? BM == 64 : BM == 128, "the dQ_i split");
@@ -366,13 +367,18 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             const int mm0 = mb * BM;
             const int mb_next = mb + 1 == mb_end ? mb_begin : mb + 1, h_next = mb + 1 == mb_end ? h + 1 : h;
             if (WS) {
-                if (it == 0 || OWN_STATS) cp_async_wait<0>(); // K_j, V_j; OWN_STATS: this step's lse2_i, D_i
-                if (it == 0) fence_proxy_async_smem();          // K_j, V_j (cp.async) -> visible to wgmma
+                if (it == 0) {
+                    cp_async_wait<0>();      // K_j, V_j; OWN_STATS: step 0's lse2_i, D_i
+                    fence_proxy_async_smem(); // K_j, V_j (cp.async) -> visible to wgmma
+                }
                 mbar_wait(full0 + 8 * st, ph); // Q_i, dO_i (lse2_i, D_i) landed
-                // every consumer is done with the previous step's dS^T tile; OWN_STATS: this step's
-                // lse2_i, D_i (slot st) are visible, and the previous step's slot is free
-                bar_sync(4, NTHREADS);
-                if (OWN_STATS) { // the next step's, into that slot
+                // No CTA barrier at the head of later steps: the warpgroups meet once a step, when
+                // dS^T is in shared memory. The dS^T tile a step writes (parity it & 1) was last
+                // read by step it - 2's dQ wgmmas, which each warpgroup finished before arriving
+                // at step it - 1's barrier; OWN_STATS: slot st ^ 1 was last read before that
+                // barrier too, and the loads into it are waited for before this step's.
+                if (it == 0) bar_sync(4, NTHREADS);
+                if (OWN_STATS) { // the next step's, into slot st ^ 1
                     const int sn = st ^ 1;
                     if (it + 1 < count)
                         sm90_load_stats<BM, NTHREADS>(p, s, b, h_next, mb_next * BM, sL + sn * BM, sDl + sn * BM,
@@ -433,13 +439,15 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             // the tile 1024-aligned the swizzled chunk is lane's address XOR (2 k4 & 7) << 4.
             {
                 const int mi = lane >> 3, mj = lane & 7;
-                const uint32_t a0 = sdS + (wg * 64 + wl * 16 + mj + 8 * (mi & 1)) * 128 + (((mi >> 1) ^ mj) << 4);
+                const uint32_t a0 = sdS + (it & 1) * TILE_DS + (wg * 64 + wl * 16 + mj + 8 * (mi & 1)) * 128 +
+                                    (((mi >> 1) ^ mj) << 4);
 #pragma unroll
                 for (int k4 = 0; k4 < BM / 16; k4++)
                     stmatrix_x4((a0 ^ ((k4 & 3) << 5)) + (k4 >> 2) * (BN * 128), adS[k4]);
             }
             fence_proxy_async_smem();
             bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
+            if (OWN_STATS) cp_async_wait<0>(); // the next step's lse2_i, D_i: visible after the barrier
             if (WS) bar_sync(4, NTHREADS);
             else __syncthreads(); // dS^T of every warpgroup is in shared memory
 
@@ -456,7 +464,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc_f(fdS, rb * (BN * 128) + kk * 2048, BN * 128),
+                wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc_f(fdS, (it & 1) * TILE_DS + rb * (BN * 128) + kk * 2048, BN * 128),
                                         sm90_desc_f(fK, cb * (BN * 128) + kk * 2048, BN * 128), kk);
             wgmma_commit();
             wgmma_fence();
