@@ -58,6 +58,9 @@
 // racecheck flagged it. At D = 64 every variant ran 0.66-0.73x FLASH against 0.82-0.88x for the
 // mma.sync kernel. With the TMA producer (2026-12-01, bench/results/h200-2026-12-01-bwd-ws.txt) D = 64
 // still ran 0.90-0.94x the mma.sync kernel (209.8 against 227.5 TFLOP/s at S = 4096).
+// The consumer warpgroups meet once a step, when dS^T is in shared memory (the dQ_i products need
+// both halves): dS^T has two tiles by step parity, so no second meeting guards its reuse (H200,
+// 2026-12-02, h200-2026-12-02-s12.txt call 6: D = 64 1.10-1.21x, D = 128 1.01x against two a step).
 // Shared-memory tiles use the 128-byte swizzle of wgmma (HOPPER-NOTES 2.2, 8.4): a ROWS x D tile
 // is D / 64 column blocks of ROWS x 64 elements, 128 bytes per row, 16-byte chunk j of row r at
 // chunk j ^ (r & 7); every tile starts on a 1024-byte boundary, so base_offset stays 0.
