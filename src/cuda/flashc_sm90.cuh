@@ -43,24 +43,30 @@ static __device__ __forceinline__ uint64_t sm90_desc_words(uint32_t lo, uint32_t
     asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(hi));
     return d;
 }
-static __device__ __forceinline__ uint64_t sm90_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    return sm90_desc_words(((saddr & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16), ((sbo & 0x3FFFF) >> 4) | (1u << 30));
+// The high word of every descriptor here: SBO = 8 rows * 128 B, the 128-byte swizzle.
+static constexpr uint32_t SM90_DESC_HI = (1024 >> 4) | (1u << 30);
+
+// The 14-bit start field of a shared-memory address, and a descriptor from it plus a byte offset
+// (`off`, a multiple of 16) and LBO: one add per operand where the field is computed once (the
+// backward's tiles; tile + offset stays below 256 KB, so the field never carries into LBO).
+static __device__ __forceinline__ uint32_t sm90_afield(uint32_t saddr) { return (saddr & 0x3FFFF) >> 4; }
+static __device__ __forceinline__ uint64_t sm90_desc_f(uint32_t afield, uint32_t off, uint32_t lbo) {
+    return sm90_desc_words(afield + (off >> 4) + ((lbo >> 4) << 16), SM90_DESC_HI);
 }
 
 // K-major operand (A = Q rows, or B = K rows) of a tile with `rows` rows, starting at row r0 and
 // k-step kk (16 elements): the k-step lies in column block kk / 4, at +32 bytes per step inside
 // the 128-byte row; LBO is unused with the swizzle, SBO = 8 rows * 128 B.
 static __device__ __forceinline__ uint64_t sm90_desc_kmajor(uint32_t tile, int rows, int r0, int kk) {
-    return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)((kk >> 2) * rows * 8 + r0 * 8 + (kk & 3) * 2 + (1 << 16)),
-                           (1024 >> 4) | (1u << 30));
+    return sm90_desc_words(sm90_afield(tile) + (uint32_t)((kk >> 2) * rows * 8 + r0 * 8 + (kk & 3) * 2 + (1 << 16)),
+                           SM90_DESC_HI);
 }
 
 // MN-major B operand (V: rows = k, columns = N) of a tile with `rows` rows, k-step kk (rows
 // 16 kk .. 16 kk + 15): LBO = distance between 64-column blocks (rows * 128 B), SBO = 8 rows * 128 B,
 // +2048 B per k-step. Use with tnspB = 1 (wgmma_rs).
 static __device__ __forceinline__ uint64_t sm90_desc_mnmajor(uint32_t tile, int rows, int kk) {
-    return sm90_desc_words(((tile & 0x3FFFF) >> 4) + (uint32_t)(kk * 128) | ((uint32_t)(rows * 8) << 16),
-                           (1024 >> 4) | (1u << 30));
+    return sm90_desc_words(sm90_afield(tile) + (uint32_t)(kk * 128) | ((uint32_t)(rows * 8) << 16), SM90_DESC_HI);
 }
 
 // The calling thread's warpgroup (threadIdx.x / 128, minus `first`), through a shuffle from lane 0:

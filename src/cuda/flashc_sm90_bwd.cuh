@@ -106,13 +106,7 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
 
 // X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
 // Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
-// A descriptor from the start field of its tile ((saddr & 0x3FFFF) >> 4, computed once) plus a
-// byte offset: one add per wgmma operand instead of an add, a mask and a shift (tile + offset stays
-// below 256 KB, so the 14-bit field never carries into LBO; the largest layout is 227 KB).
-static __device__ __forceinline__ uint32_t sm90_afield(uint32_t saddr) { return (saddr & 0x3FFFF) >> 4; }
-static __device__ __forceinline__ uint64_t sm90_desc_f(uint32_t afield, uint32_t off, uint32_t lbo) {
-    return sm90_desc_words(afield + (off >> 4) + ((lbo >> 4) << 16), (1024 >> 4) | (1u << 30));
-}
+// Descriptors from the tiles' start fields (sm90_desc_f; the largest layout is 227 KB).
 
 template <typename T, int D, int BN, int BM>
 static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[BM / 2], uint32_t fX, uint32_t fY, int wg) {
