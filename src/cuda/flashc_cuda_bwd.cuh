@@ -26,78 +26,88 @@
 #include "flashc_cuda_tune.h"
 
 // ------------------------------------------------------------------------------------------------
-// pre-pass and dQ conversion: one warp per (b, h, i) row, 8 rows per CTA
+// pre-pass and dQ conversion: memory-bound, so every global access is a 16-byte chunk
 
-// One 32-bit register of two adjacent elements (cols col, col + 1) of row `row` of a tensor, 0
-// past the row count or the head dim.
-static __device__ __forceinline__ uint32_t ld_pair(const uint16_t *g, int64_t rs, int row, int nrows, int col,
-                                                   int Dact, int aligned) {
-    if (row >= nrows || col >= Dact) return 0u;
-    const uint16_t *p = g + (int64_t)row * rs + col;
-    return aligned ? *(const uint32_t *)p : (uint32_t)p[0] | ((uint32_t)p[1] << 16);
-}
-
-// D_i = rowsum(dO_i * O_i) (Alg. 2 line 4) and lse2_i = L_i log2(e), into the workspace.
+// D_i = rowsum(dO_i * O_i) (Alg. 2 line 4) and lse2_i = L_i log2(e), into the workspace; in the
+// atomic mode also dq_acc = 0 for the same rows (cuDNN's pre-pass does the same: a separate
+// cudaMemset of dq_acc cost 30 us at B * S = 16k, hidden 2048, beside this kernel's 66-75 us).
 // D_i is the diagonal of dO_i O_i^T computed with the same mma.sync m16n8k16 sequence (k blocks
 // 0..D/16-1 from a zero accumulator) that the dkdv kernel uses for dP_ij = dO_i V_j^T: where
 // O_i = V_j exactly (a row that sees one key), dP_ij - D_i is then exactly 0, as in exact math.
-// One warp per 16 rows of one (b, h), 4 warps per CTA; writes rows 0 .. round_up(sq, 128) - 1
-// (the padding rows: D_i = 0, lse2_i = +inf).
+// The 64 x D tiles of dO_i and O_i go through shared memory (cp.async 16-byte chunks, then
+// ldmatrix into the fragments): loading the fragments from global memory 4 bytes at a time ran
+// at 1.9 TB/s. One warp per 16 rows of one (b, h), 4 warps per CTA; writes rows 0 ..
+// round_up(sq, 128) - 1 (the padding rows: D_i = 0, lse2_i = +inf). With the conversion below,
+// the whole backward ran 1.00-1.13x (S = 16k .. 512, B * S = 16k) its time with the memset and the
+// old kernels (H200, bench/results/h200-2026-12-02-s13.txt call 3).
 // dout, o: (B, Sq, H, D) or (total_q, H, D); lse: (B, H, Sq) or (H, total_q).
 template <typename T, int D>
 __global__ void __launch_bounds__(128) flashc_bwd_dot_do_o_kernel(const __grid_constant__ flashc_bwd_params p) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    constexpr int LD = D + 8; // padded rows: the 8 rows of an ldmatrix fall in distinct banks
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const int BH = p.a.B * p.a.H;
-    const int i0 = (int)(blockIdx.x / BH) * 64 + warp * 16;
+    const int i0 = (int)(blockIdx.x / BH) * 64;
     const int bh = (int)(blockIdx.x % BH), h = bh % p.a.H, b = bh / p.a.H;
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     if (i0 >= (s.sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD * FLASHC_WS_PAD) return;
+    const int64_t r = ws_row(p, b, h, s) + i0;
+    const int nrows = s.sq - i0;
+    uint16_t *sdO = flashc_smem, *sO = sdO + 64 * LD;
     const uint16_t *dO = (const uint16_t *)p.dout + b * p.do_bs + (s.q_row0 + i0) * p.do_rs + h * p.do_hs;
     const uint16_t *O = (const uint16_t *)p.o + b * p.o_bs + (s.q_row0 + i0) * p.o_rs + h * p.o_hs;
-    const int nrows = s.sq - i0;
+    load_tile<64, D, LD, 128>(sdO, dO, p.do_rs, nrows, p.a.D, p.a.aligned, p.dout, tid);
+    load_tile<64, D, LD, 128>(sO, O, p.o_rs, nrows, p.a.D, p.a.aligned, p.o, tid);
+    cp_async_commit();
+    if (p.dq_acc) { // rows r .. r + 63 of dq_acc (D_pad = D floats each) are one contiguous block
+        float4 *z = (float4 *)(p.dq_acc + r * D);
+#pragma unroll
+        for (int k = 0; k < 64 * D / 4 / 128; k++) z[k * 128 + tid] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // ldmatrix x4, lane's row: matrix lane / 8 is (rows + 8 (m & 1), columns + 8 (m >> 1)), which is
+    // the A fragment of dO (a0..a3) and, for O as B = O^T (n = O row), b0 = {r0, r2}, b1 = {r1, r3}
+    const int m = lane >> 3;
+    const uint32_t offs = (uint32_t)((warp * 16 + 8 * (m & 1) + (lane & 7)) * LD + 8 * (m >> 1)) * 2u;
     float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 4
+#pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
-        const int col = kk * 16 + 2 * c;
-        uint32_t a[4], b0[2], b1[2];
-        a[0] = ld_pair(dO, p.do_rs, g, nrows, col, p.a.D, p.a.aligned);       // A = dO rows (row-major)
-        a[1] = ld_pair(dO, p.do_rs, g + 8, nrows, col, p.a.D, p.a.aligned);
-        a[2] = ld_pair(dO, p.do_rs, g, nrows, col + 8, p.a.D, p.a.aligned);
-        a[3] = ld_pair(dO, p.do_rs, g + 8, nrows, col + 8, p.a.D, p.a.aligned);
-        b0[0] = ld_pair(O, p.o_rs, g, nrows, col, p.a.D, p.a.aligned);        // B = O^T: n = O row
-        b0[1] = ld_pair(O, p.o_rs, g, nrows, col + 8, p.a.D, p.a.aligned);
-        b1[0] = ld_pair(O, p.o_rs, g + 8, nrows, col, p.a.D, p.a.aligned);
-        b1[1] = ld_pair(O, p.o_rs, g + 8, nrows, col + 8, p.a.D, p.a.aligned);
+        uint32_t a[4], o[4];
+        ldmatrix_x4(a, smem_u32(sdO) + offs + kk * 32);
+        ldmatrix_x4(o, smem_u32(sO) + offs + kk * 32);
+        const uint32_t b0[2] = {o[0], o[2]}, b1[2] = {o[1], o[3]};
         mma_m16n8k16<T>(acc[0], a, b0);
         mma_m16n8k16<T>(acc[1], a, b1);
     }
     // the diagonal: (row g, col g) is element g & 1 of tile 0 in the thread with c = g / 2, and
     // (row g + 8, col g + 8) is element 2 + (g & 1) of tile 1 in the same thread
     if (c == (g >> 1)) {
-        const int64_t r = ws_row(p, b, h, s) + i0;
         const int64_t l0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
         const float diag[2] = {(g & 1) ? acc[0][1] : acc[0][0], (g & 1) ? acc[1][3] : acc[1][2]};
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const int i = g + 8 * half;
+            const int i = warp * 16 + g + 8 * half;
             const bool in = i < nrows;
             p.delta[r + i] = in ? diag[half] : 0.f;
             p.lse2[r + i] = in ? p.lse[l0 + i0 + i] * FLASHC_LOG2E : INFINITY; // +inf (no key) stays +inf
         }
     }
 }
+static constexpr int flashc_bwd_dot_do_o_smem(int D) { return 2 * 64 * (D + 8) * 2; }
 
-// dq (dq strides, dtype T) = scale * dq_acc, for the rows of every sequence.
-template <typename T>
+// dq (dq strides, dtype T) = scale * dq_acc (D_pad = D floats per row), for the rows of every
+// sequence: 256 threads of 8 columns each, 2048 / D rows of one (b, h) per CTA. (One warp per row
+// left 3 / 4 of the lanes idle at D = 64: 100 us against 58 at D = 128 for the same rows.)
+template <typename T, int D>
 __global__ void __launch_bounds__(256) flashc_bwd_convert_dq_kernel(const __grid_constant__ flashc_bwd_params p) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int CPR = D / 8, ROWS = 256 / CPR; // 8-column chunks per row, rows per CTA
     const int BH = p.a.B * p.a.H;
-    const int i = (int)(blockIdx.x / BH) * 8 + warp;
+    const int i = (int)(blockIdx.x / BH) * ROWS + (int)threadIdx.x / CPR, d0 = (int)threadIdx.x % CPR * 8;
     const int bh = (int)(blockIdx.x % BH), h = bh % p.a.H, b = bh / p.a.H;
     const flashc_cuda_seq s = cuda_seq(p.a, b);
-    const int d0 = lane * 8;
     if (i >= s.sq || d0 >= p.a.D) return;
-    const float *src = p.dq_acc + (ws_row(p, b, h, s) + i) * p.D_pad + d0;
+    const float *src = p.dq_acc + (ws_row(p, b, h, s) + i) * D + d0;
     uint16_t *dst = (uint16_t *)p.dq + b * p.dq_bs + (s.q_row0 + i) * p.dq_rs + h * p.dq_hs + d0;
     const float4 v0 = *(const float4 *)src, v1 = *(const float4 *)(src + 4);
     const float f[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
@@ -596,29 +606,32 @@ static inline cudaError_t flashc_cuda_grid(long long blocks, unsigned *out) {
     return cudaSuccess;
 }
 
-// Before the main kernel (any backward kernel, also flashc_sm90_bwd.cuh): zero dq_acc (atomic mode,
-// D_pad = D floats per row) and write D_i and lse2_i for rows 0 .. round_up(sq, 128) - 1, 64 rows per CTA.
+// Before the main kernel (any backward kernel, also flashc_sm90_bwd.cuh): D_i and lse2_i for rows
+// 0 .. round_up(sq, 128) - 1, 64 rows per CTA, and in the atomic mode (dq_acc not NULL; D_pad = D
+// floats per row) dq_acc = 0 for the same rows, which are all the rows the main kernels add to.
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_prepass(flashc_bwd_params *p, cudaStream_t stream) {
     const long long BH = (long long)p->a.B * p->a.H;
+    constexpr int smem = flashc_bwd_dot_do_o_smem(D);
     unsigned grid;
     cudaError_t e;
-    if (p->dq_acc) { // atomic mode (deterministic: NULL, and the sm_90a D = 256 path needs none)
-        e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->ws_rows * D * sizeof(float), stream);
-        if (e != cudaSuccess) return e;
-    }
     if ((e = flashc_cuda_grid((long long)((p->a.Sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD) * (FLASHC_WS_PAD / 64) * BH, &grid)) != cudaSuccess) return e;
-    if (grid) flashc_bwd_dot_do_o_kernel<T, D><<<grid, 128, 0, stream>>>(*p);
+    if (!grid) return cudaSuccess;
+    if (smem > 48 * 1024 &&
+        (e = cudaFuncSetAttribute(flashc_bwd_dot_do_o_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
+        return e;
+    flashc_bwd_dot_do_o_kernel<T, D><<<grid, 128, smem, stream>>>(*p);
     return cudaGetLastError();
 }
 
 // After the main kernel in atomic mode: dq = scale * dq_acc.
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_finish(flashc_bwd_params *p, cudaStream_t stream) {
+    constexpr int ROWS = 256 / (D / 8);
     unsigned grid;
     cudaError_t e;
-    if ((e = flashc_cuda_grid((long long)((p->a.Sq + 7) / 8) * p->a.B * p->a.H, &grid)) != cudaSuccess) return e;
-    if (grid) flashc_bwd_convert_dq_kernel<T><<<grid, 256, 0, stream>>>(*p);
+    if ((e = flashc_cuda_grid((long long)((p->a.Sq + ROWS - 1) / ROWS) * p->a.B * p->a.H, &grid)) != cudaSuccess) return e;
+    if (grid) flashc_bwd_convert_dq_kernel<T, D><<<grid, 256, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 
