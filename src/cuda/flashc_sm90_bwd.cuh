@@ -160,19 +160,22 @@ static __device__ __forceinline__ sm90_band sm90_key_band(const flashc_cuda_attn
 // pair j of lse2 values is at sl2q + LS j (LS = 8: the smem row of lse2_i; 2: a float2 array).
 // DS: dS^T too, as sm90_ds makes it (dP^T from dP, D_q at sdq as lse2 at sl2q) into adS, element
 // by element, so that S^T and dP^T die as they are packed (sm90_ds after this keeps both whole).
-template <typename T, bool TRANSFORM, bool MASKED, int NS, int LS = 8, bool DS = false>
+// PRE: the first PRE pairs of lse2 and D come in registers (pre_l2, pre_dl), read by the caller
+// before its wgmma wait.
+template <typename T, bool TRANSFORM, bool MASKED, int NS, int LS = 8, bool DS = false, int PRE = 0>
 static __device__ __forceinline__ void sm90_p(float (&S)[NS], uint32_t (&aP)[NS / 8][4], const flashc_cuda_attn &a,
                                               const flashc_cuda_seq &s, sm90_band band, const float *sl2q, int kr0,
                                               int q0, float slope, bool masked, const float *dP = NULL,
-                                              const float *sdq = NULL, uint32_t (*adS)[4] = NULL) {
+                                              const float *sdq = NULL, uint32_t (*adS)[4] = NULL,
+                                              const float2 *pre_l2 = NULL, const float2 *pre_dl = NULL) {
     const float sl2 = TRANSFORM ? 1.f : a.scale_log2;
     const bool key_ok[2] = {kr0 < s.sk, kr0 + 8 < s.sk};
 #pragma unroll
     for (int j = 0; j < NS / 4; j++) {
-        const float2 lv = *(const float2 *)(sl2q + LS * j); // read here, not kept in registers
+        const float2 lv = j < PRE ? pre_l2[j] : *(const float2 *)(sl2q + LS * j); // read here, not kept in registers
         const float l2[2] = {lv.x, lv.y};
         float2 dlv = make_float2(0.f, 0.f);
-        if (DS) dlv = *(const float2 *)(sdq + LS * j);
+        if (DS) dlv = j < PRE ? pre_dl[j] : *(const float2 *)(sdq + LS * j);
         const float dl[2] = {dlv.x, dlv.y};
         float P[2][2], dS[2][2]; // [hh][e]
 #pragma unroll
@@ -410,13 +413,25 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             // groups first, then P^T and dS^T together (S^T and dP^T die as they are packed: the
             // peak falls by 64 registers, what the TMA mode at D = 64 needs to fit 240)
             constexpr bool LATE_DV = WS && D == 64;
+            // LATE_DV: lse2_i and D_i of the first PRE query pairs are read before the wait. Read
+            // after it, the first P^T FFMA waits for its load behind the wgmmas' shared-memory
+            // traffic (ncu at D = 128: 5% of the warps' samples on that one instruction). H200
+            // (h200-2026-12-02-s13.txt call 3): D = 64 1.003-1.017x; D = 128 (lse2_i before the
+            // first wait, D_i before the second) 0.993-1.004x, so not there.
+            constexpr int PRE = LATE_DV ? 2 : 0;
+            float2 pl2[PRE + 1], pdl[PRE + 1];
+#pragma unroll
+            for (int j = 0; j < PRE; j++) {
+                pl2[j] = *(const float2 *)(l2 + 8 * j);
+                pdl[j] = *(const float2 *)(dl + 8 * j);
+            }
             wgmma_wait<LATE_DV ? 0 : 1>();
             reg_fence(S);
             if (LATE_DV) reg_fence(dP);
             uint32_t aP[BM / 16][4], adS[BM / 16][4];
-            if (p.a.transform) sm90_p<T, true, true, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
-            else if (masked) sm90_p<T, false, true, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
-            else sm90_p<T, false, false, BM / 2, 8, LATE_DV>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS);
+            if (p.a.transform) sm90_p<T, true, true, BM / 2, 8, LATE_DV, PRE>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS, pl2, pdl);
+            else if (masked) sm90_p<T, false, true, BM / 2, 8, LATE_DV, PRE>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS, pl2, pdl);
+            else sm90_p<T, false, false, BM / 2, 8, LATE_DV, PRE>(S, aP, p.a, s, band, l2, kr0, mm0 + 2 * c, slope, masked, dP, dl, adS, pl2, pdl);
             wgmma_fence();
 #pragma unroll
             for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dV, aP[k4], sm90_desc_f(fdOs, k4 * 2048, BM * 128), 1);
