@@ -122,8 +122,13 @@ def test_logits_and_gradients_match_eager(arch, dev, dtype, pad, monkeypatch):
 
 
 def first_divergence(a, b):
+    """(row, position) of the earliest position at which any row of a and b differ, or None. (The
+    first entry of nonzero() is the first diverging row's, which may diverge later than another:
+    the steps after the other's divergence then compare scores of different prefixes.)"""
     diff = (a != b).nonzero()
-    return None if diff.numel() == 0 else diff[0].tolist()
+    if diff.numel() == 0:
+        return None
+    return diff[int(diff[:, 1].argmin())].tolist()
 
 
 @pytest.mark.parametrize("dev,dtype", DEVICES)
