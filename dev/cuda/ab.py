@@ -6,6 +6,9 @@ previous commit built into another folder), timed interleaved on the same inputs
 
 Usage: python3 dev/cuda/ab.py --lib build/libflashc.so --lib2 build-base/libflashc.so [--bwd]
                               [--dims 128,256] [--seqlens 1024,4096,16384] [--dtypes bf16,e4m3]
+                              [--env2 FLASHC_CUDA_SM90=4]
+--env2 K=V[,K=V]: environment set only while B's context is created (the CUDA backend reads its
+FLASHC_* switches there), so one library can be timed against itself in another mode.
 """
 import argparse
 import os
@@ -28,13 +31,23 @@ def main():
     ap.add_argument("--dtypes", default="bf16,e4m3")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bwd", action="store_true")
+    ap.add_argument("--env2", default="")
     args = ap.parse_args()
     # a copy under another name, so that the loader keeps two libraries apart
     tmp = tempfile.mkdtemp()
     lib2 = os.path.join(tmp, "libflashc_b.so")
     shutil.copy(args.lib2, lib2)
-    fa, fb = bg.Flashc(os.path.abspath(args.lib)), bg.Flashc(lib2)
-    print(f"A = {args.lib}  B = {args.lib2}")
+    fa = bg.Flashc(os.path.abspath(args.lib))
+    env2 = dict(kv.split("=", 1) for kv in args.env2.split(",") if kv)
+    saved = {k: os.environ.get(k) for k in env2}
+    os.environ.update(env2)
+    fb = bg.Flashc(lib2)
+    for k, v in saved.items():
+        if v is None:
+            del os.environ[k]
+        else:
+            os.environ[k] = v
+    print(f"A = {args.lib}  B = {args.lib2}{'  with ' + args.env2 if env2 else ''}")
     if args.bwd:
         return ab_bwd(fa, fb, args)
     for dt in args.dtypes.split(","):
