@@ -333,7 +333,10 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
 //   lse2   fp32 [ws_rows]
 //   delta  fp32 [ws_rows]
 //   dq_acc fp32 [ws_rows][D_pad]      (only where dq_acc_needed), at ws_tma_base: the sm90
-//                                     kernels reduce into it through a TMA map
+//                                     kernels reduce into it through a TMA map. The pre-pass
+//                                     zeroes rows 0 .. round_up(sq, 128) - 1 of each (b, h), all
+//                                     that the kernels add to; a varlen sequence's rows after
+//                                     those (up to its 128-row gap) are never written nor read.
 // The atomic mode's fp32 dQ accumulator, except at head dim 256 on Hopper: the wgmma kernels there
 // add no atomics, and what they leave to the mma.sync kernels (tensors without 16-byte access,
 // varlen, seqused_k) runs those kernels' deterministic dQ (1.14x the time of their atomic one, on

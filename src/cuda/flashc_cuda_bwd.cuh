@@ -640,6 +640,8 @@ template <typename T, int D, int BM, int BN, int NWARPS, int STAGES, int WM_S, i
 cudaError_t flashc_cuda_bwd_run(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int smem = (2 * STAGES * BM * (D + 8) + 2 * BN * (D + 8) + 2 * BM * (BN + 8)) * 2 + 2 * STAGES * BM * 4;
     constexpr int smem_dq = (2 * QBM + 4 * QBN) * (D + 8) * 2;
+    // (the pre-pass zeroes dq_acc only up to round_up(sq, FLASHC_WS_PAD) rows: the query blocks'
+    // rows must end there)
     static_assert(BM <= FLASHC_WS_PAD && FLASHC_WS_PAD % BM == 0 && FLASHC_WS_PAD % QBM == 0, "padding");
     p->D_pad = D;
     const long long BH = (long long)p->a.B * p->a.H;

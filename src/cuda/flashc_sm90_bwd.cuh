@@ -280,7 +280,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     constexpr int OFF_DS = OFF_DO + STAGES * TILE_Q, OFF_DQ = OFF_DS + 2 * TILE_DS; // dQ_i: 2 x 16 KB, 1024-aligned
     constexpr int OFF_L = OFF_DQ + BM * D * 4, OFF_DL = OFF_L + STAGES * BM * 4, OFF_BAR = OFF_DL + STAGES * BM * 4;
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(COLS ? BM == 64 : BM == 128, "the dQ_i split");
+    static_assert(COLS ? BM == 64 : BM == 128, "the dQ_i split"); // (and BM | FLASHC_WS_PAD: the pre-pass
+                                                                  // zeroes dq_acc up to round_up(sq, 128))
     static_assert(OFF_DQ % 1024 == 0 && BM * D * 4 == 2 * 16384, "dQ_i: two warpgroup tiles of 64 x 64 fp32");
     static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, STAGES), "smem layout");
     static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
