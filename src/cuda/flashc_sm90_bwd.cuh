@@ -107,7 +107,6 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
 // X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
 // Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
 // Descriptors from the tiles' start fields (sm90_desc_f; the largest layout is 227 KB).
-
 template <typename T, int D, int BN, int BM>
 static __device__ __forceinline__ void sm90_issue_rows_t(float (&acc)[BM / 2], uint32_t fX, uint32_t fY, int wg) {
 #pragma unroll
@@ -420,7 +419,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             // (h200-2026-12-02-s13.txt call 3): D = 64 1.003-1.017x; D = 128 (lse2_i before the
             // first wait, D_i before the second) 0.993-1.004x, so not there.
             constexpr int PRE = LATE_DV ? 2 : 0;
-            float2 pl2[PRE + 1], pdl[PRE + 1];
+            float2 pl2[PRE + 1], pdl[PRE + 1]; // (+ 1: C++ has no zero-length arrays)
 #pragma unroll
             for (int j = 0; j < PRE; j++) {
                 pl2[j] = *(const float2 *)(l2 + 8 * j);
