@@ -263,6 +263,21 @@ def run_shape(fc, D, S, causal, device, emit, log):
 DEC_H, DEC_HKV, DEC_D = 32, 8, 128
 
 
+def decode_inputs(B, Sk):
+    """One decode step as the dev scripts take it: bf16 q (seqlen_q 1) against a contiguous cache k, v
+    of Sk tokens (GQA DEC_H / DEC_HKV, head_dim DEC_D), o, lse, and the descs d, kv."""
+    x = types.SimpleNamespace()
+    x.k, x.v = (torch.randn(B, Sk, DEC_HKV, DEC_D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    x.q = torch.randn(B, 1, DEC_H, DEC_D, device="cuda", dtype=torch.bfloat16)
+    x.o = torch.empty_like(x.q)
+    x.lse = torch.empty(B, DEC_H, 1, device="cuda", dtype=torch.float32)
+    x.d = Desc()
+    x.d.batch, x.d.seqlen_q, x.d.seqlen_k, x.d.heads, x.d.heads_kv, x.d.head_dim = B, 1, Sk, DEC_H, DEC_HKV, DEC_D
+    x.d.dtype = FLASHC_DTYPE_BF16
+    x.kv = KvDesc()
+    return x
+
+
 def run_decode(fc, B, Sk, Sq, device, emit, log):
     H, Hkv, D = DEC_H, DEC_HKV, DEC_D
     kv_bytes = 2 * B * Sk * Hkv * D * 2  # K and V, bf16

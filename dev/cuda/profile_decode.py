@@ -26,23 +26,15 @@ def main():
     ap.add_argument("--seqlen-k", type=int, default=16384)
     args = ap.parse_args()
     fc = bg.Flashc(os.path.abspath(args.lib))
-    B, Sk, H, Hkv, D = args.batch, args.seqlen_k, bg.DEC_H, bg.DEC_HKV, bg.DEC_D
-    k = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=torch.bfloat16)
-    q = torch.randn(B, 1, H, D, device="cuda", dtype=torch.bfloat16)
-    o = torch.empty_like(q)
-    lse = torch.empty(B, H, 1, device="cuda", dtype=torch.float32)
-    d = bg.Desc()
-    d.batch, d.seqlen_q, d.seqlen_k, d.heads, d.heads_kv, d.head_dim = B, 1, Sk, H, Hkv, D
-    d.dtype = bg.FLASHC_DTYPE_BF16
-    kv = bg.KvDesc()
+    x = bg.decode_inputs(args.batch, args.seqlen_k)
     for _ in range(3):
-        fc.kvcache(d, kv, q, k, v, None, None, o, lse)
+        fc.kvcache(x.d, x.kv, x.q, x.k, x.v, None, None, x.o, x.lse)
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         for _ in range(3):
-            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True)
+            F.scaled_dot_product_attention(x.q.transpose(1, 2), x.k.transpose(1, 2), x.v.transpose(1, 2),
+                                           enable_gqa=True)
     torch.cuda.synchronize()
-    print(f"profile_decode: done (K + V {2 * k.numel() * 2 / 1e6:.0f} MB)", flush=True)
+    print(f"profile_decode: done (K + V {4 * x.k.numel() / 1e6:.0f} MB)", flush=True)
 
 
 if __name__ == "__main__":
