@@ -137,14 +137,18 @@ static void build_cases(void) {
             add(c);
         }
 
-    // long sequences (1000) with small H and D: the reference is O(N^2 D) in fp64; the last one's
-    // rows see >= 4096 keys, where causal D = 64 takes the non-causal Hopper tile
+    // long sequences (1000) with small H and D: the reference is O(N^2 D) in fp64; the last two's
+    // rows see >= 4096 / 8192 keys, where causal D = 64 and D = 128 take their long-row Hopper tiles
     static const int LONG[][4] = {{1000, 1000, 8, 0}, {1000, 1000, 8, 1},  {1000, 1000, 32, 1}, {1000, 17, 16, 0},
                                   {1000, 17, 16, 1},  {17, 1000, 32, 0},   {17, 1000, 32, 1},   {1000, 1, 8, 1},
                                   {1, 1000, 64, 0},   {1000, 129, 32, 1}, {129, 1000, 16, 0},  {300, 4100, 64, 1}};
     for (int li = 0; li < (int)(sizeof LONG / sizeof LONG[0]); li++) {
         tcase c = mk(1, li % 2 ? 2 : 1, 1, LONG[li][0], LONG[li][1], LONG[li][2], DT3[li % 3]);
         c.causal = LONG[li][3];
+        add(c);
+    }
+    {
+        tcase c = mk(1, 1, 1, 200, 8200, 128, FLASHC_DTYPE_BF16); // (the CUDA backend has no fp32)
         add(c);
     }
 

@@ -25,7 +25,8 @@ static unsigned long long h_trace[TR_CTAS][4][TR_UNITS][8];
 
 template <int D>
 static void run(int S, int causal) {
-    const int B = 16384 / S, H = 2048 / D, NWG = flashc_cuda_tune_fwd_sm90(D, false, causal).nwarps / 4;
+    const int B = 16384 / S, H = 2048 / D, NWG =
+        flashc_cuda_tune_fwd_sm90(D, false, S < flashc_cuda_fwd_sm90_short_keys(D, false, causal)).nwarps / 4;
     const size_t n = (size_t)B * S * H * D;
     bf16 *q, *k, *v, *o;
     float *lse;

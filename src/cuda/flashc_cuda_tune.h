@@ -65,16 +65,25 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
 // 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T): 2x128 ws, 3 / 2 stages;
 // H200 (same file, dev/cuda/bench_fp8.py) D = 128 S = 4096 / 16384: 737 / 823 TFLOP/s non-causal.
-// The causal tile is for rows that see fewer than flashc_cuda_fwd_sm90_causal_keys keys; longer
-// causal rows take the non-causal tile. H200, 2026-12-02 (dev/cuda/ab.py, bench/results/h200-
-// 2026-12-02-s12.txt), D = 64 causal on 3x128 s3 against 2x128 s3: S = 512 / 1024 / 2048 0.71 /
-// 0.88 / 0.93x, S = 4096 / 8192 / 16384 1.07 / 1.10 / 1.13x (the 192-row tiles waste more of the
-// diagonal and balance worse while tiles are few and short). Windows: not measured.
-static constexpr int flashc_cuda_fwd_sm90_causal_keys = 4096;
-static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool causal = false) {
+// Rows that see fewer keys than flashc_cuda_fwd_sm90_short_keys (a row's span: Sk, or its window)
+// take the short-row tile:
+// - D = 64, causal only (or a bounded right window): 2x128 instead of 3x128. H200, 2026-12-02
+//   (dev/cuda/ab.py, bench/results/h200-2026-12-02-s12.txt), causal on 3x128 s3 against 2x128 s3:
+//   S = 512 / 1024 / 2048 0.71 / 0.88 / 0.93x, S = 4096 / 8192 / 16384 1.07 / 1.10 / 1.13x (the
+//   192-row tiles waste more of the diagonal and balance worse while tiles are few and short).
+//   Windows: not measured.
+// - D = 128: 2 stages instead of 3, so that the CTA has room for the O tile of the TMA-store
+//   epilogue (flashc_cuda_fwd_sm90_o_bytes, sm90_fwd_store_tma). H200, one process against 3 stages
+//   and register stores (h200-2026-12-02-s14.txt calls 4-5), S = 512 / 1024 / 2048 / 8192 / 16384:
+//   1.05-1.06 / 1.03 / 1.01-1.02 / 1.01 / 0.98x, causal 1.09 / 1.05 / 1.02-1.03 / 1.00 / 1.00x; 2
+//   stages with register stores: 1.00-1.01x, causal 1.00-1.03x (S <= 8192).
+static constexpr int flashc_cuda_fwd_sm90_short_keys(int D, bool fp8, bool causal) {
+    return fp8 ? 0 : D <= 64 ? (causal ? 4096 : 0) : D <= 128 ? 8192 : 0;
+}
+static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool short_rows = false) {
     return fp8        ? (D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
-         : D <= 64   ? (causal ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})
-         : D <= 128  ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2}
+         : D <= 64   ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})
+         : D <= 128  ? (short_rows ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2})
                      : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 2};
 }
 
@@ -82,6 +91,9 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = fa
 // non-causal / causal TFLOP/s): ping-pong for D <= 128 (D = 128: 460/419 against lockstep
 // 389/358), lockstep for D = 256 (467/406 against ping-pong 398/387).
 static constexpr int flashc_cuda_fwd_sm90_fallback(int D) { return D <= 128 ? 1 : 0; }
+// Their stages: 3 at D <= 128, the depth they were measured with (the TMA kernel's 2 at D = 128
+// are for its O tile, which the cp.async loops do not have).
+static constexpr int flashc_cuda_fwd_sm90_fallback_stages(int D, int stages) { return D <= 128 ? 3 : stages; }
 
 // Backward dK/dV main kernel (FA2 Alg. 2 over key blocks), with its three warp grids.
 static constexpr flashc_cuda_tile flashc_cuda_tune_bwd(int D) {
@@ -106,14 +118,23 @@ static constexpr int flashc_cuda_fwd_smem(int D) {
 static constexpr int flashc_cuda_fwd_sm90_smem_of(int bm, int bn, int stages, int D, int es) {
     return 1024 + bm * D * 2 + 2 * stages * bn * D * es + 256;
 }
-static constexpr int flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tile t, int D, bool fp8) {
-    return flashc_cuda_fwd_sm90_smem_of(t.bm, t.bn, t.stages, D, fp8 ? 1 : 2);
+// The persistent forward stages O_i in shared memory for a TMA store where the CTA has room for
+// it beside Q and the rings (227 KB, every sm_90 part): bm * D bf16 more, else 0 (its consumers
+// store from registers). Tuned tiles with room: D = 64, D = 128 (2 stages), e4m3 D = 128.
+static constexpr int flashc_cuda_fwd_sm90_o_bytes(int bm, int bn, int stages, int D, int es) {
+    return flashc_cuda_fwd_sm90_smem_of(bm, bn, stages, D, es) + bm * D * 2 <= 227 * 1024 ? bm * D * 2 : 0;
 }
-// the larger of the causal and non-causal tiles
+static constexpr int flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tile t, int D, bool fp8) {
+    return flashc_cuda_fwd_sm90_smem_of(t.bm, t.bn, t.stages, D, fp8 ? 1 : 2) +
+           (t.pingpong == 2 ? flashc_cuda_fwd_sm90_o_bytes(t.bm, t.bn, t.stages, D, fp8 ? 1 : 2) : 0);
+}
+// the largest of the long- and short-row tiles and the cp.async loops
 static constexpr int flashc_cuda_fwd_sm90_smem(int D, bool fp8 = false) {
     const int n = flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8);
     const int c = flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8);
-    return n > c ? n : c;
+    const flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, fp8, false); // the cp.async loops: 2 warpgroups
+    const int f = flashc_cuda_fwd_sm90_smem_of(128, t.bn, flashc_cuda_fwd_sm90_fallback_stages(D, t.stages), D, fp8 ? 1 : 2);
+    return n > c ? (n > f ? n : f) : (c > f ? c : f);
 }
 
 static constexpr int flashc_cuda_bwd_smem(int D) {

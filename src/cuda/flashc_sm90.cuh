@@ -133,6 +133,24 @@ static __device__ __forceinline__ void tma_reduce_add_f32(const CUtensorMap *map
                  : "memory");
 }
 
+// One box of a 4-d tensor map from shared memory (the map's swizzled layout) to global memory at
+// element coordinates (c0 innermost, ..., c3), as a bulk async-group of the issuing thread
+// (HOPPER-NOTES 3.6); elements outside the tensor are not written.
+static __device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t ssrc, int c0, int c1, int c2,
+                                                    int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                     (uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(ssrc)
+                 : "memory");
+}
+
+// stmatrix.m8n8.x4 (b16): register i of every thread is matrix i, whose row j lane 8 i + j addresses.
+static __device__ __forceinline__ void stmatrix_x4(uint32_t saddr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 static __device__ __forceinline__ void bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // This thread's bulk groups have finished reading shared memory (all but the newest N).

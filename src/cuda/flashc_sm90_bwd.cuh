@@ -222,13 +222,6 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float
         }
 }
 
-// stmatrix.m8n8.x4 (b16): register i of every thread is matrix i, whose row j lane 8 i + j addresses.
-static __device__ __forceinline__ void stmatrix_x4(uint32_t saddr, const uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(r[0]), "r"(r[1]),
-                 "r"(r[2]), "r"(r[3])
-                 : "memory");
-}
-
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 
 // ------------------------------------------------------------------------------------------------

@@ -551,6 +551,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 
 typedef struct flashc_sm90_maps {
     CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
+    CUtensorMap o;       // O in 64-row boxes, when o_tma
+    int o_tma;           // the consumers store O_i by TMA from shared memory (sm90_fwd_store_tma)
 } flashc_sm90_maps;
 
 // 4 x 4 transpose of 32-bit words within each quad of lanes: lane j holds w[k] = M[j][k] and
@@ -569,9 +571,10 @@ static __device__ __forceinline__ void quad_transpose4(uint32_t *w, int j) {
     }
 }
 
-// Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory.
-// The persistent kernel cannot stage O_i in the Q tile, which already receives the next tile's
-// Q_i. A quad's 4 lanes hold 2 columns each of every 8: a quad transpose gives each lane 8
+// Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory,
+// where the CTA has no room for an O tile beside Q_i and the rings (D = 256) or TMA cannot store O
+// (varlen, O not 128-byte aligned); else sm90_fwd_store_tma. (The persistent kernel cannot stage
+// O_i in the Q tile, which already receives the next tile's Q_i.) A quad's 4 lanes hold 2 columns each of every 8: a quad transpose gives each lane 8
 // contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu, D = 128, S = 512): with a
 // 4-byte store per column pair the epilogue took ~4300 of a tile's ~16900 cycles; 16-byte stores,
 // one process against them (h200-2026-12-01-s10b-final.txt): S = 512 1.06x / 1.16x at D = 128 / 256
@@ -608,6 +611,59 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
     }
 }
 
+// Epilogue of consumer warpgroup wg through shared memory: O_i / l_i into its own 64-row tile at sO,
+// in the 128B-swizzled layout of maps.o, by stmatrix (the accumulator layout is stmatrix's: no
+// quad transpose), then one thread's TMA store, which runs on while the warpgroup starts its next
+// tile; only the next epilogue waits for it to have read sO. Batch mode only (the store clips rows
+// at Sq, not at a varlen sequence's end). L_i goes straight to global memory.
+// H200, one process against the register stores (dev/cuda/ab.py, h200-2026-12-02-s14.txt call 4),
+// S = 512 / 1024 / 2048 / 8192, outputs bit-identical: D = 64 1.02 / 1.02 / 1.01 / 1.01x (causal
+// 1.01 / 1.02 / 1.02 / 1.01x), e4m3 D = 128 1.05 / 1.03 / 1.02 / 1.01x (causal 1.04 / 1.03 / 1.02 /
+// 1.01x), D = 128 on 2 stages (the only D = 128 tile with room for it) 1.05 / 1.03 / 1.01 / 1.01x
+// (causal 1.09 / 1.05 / 1.03 / 1.00x). The same staging written by 16-byte st.shared after the quad
+// transposes of sm90_fwd_store_regs (~540 instructions a thread, against ~130 here) ran 0.98-1.01x.
+template <typename T, int D>
+static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_params &p, const CUtensorMap *map_o,
+                                                          const flashc_cuda_seq &s, int b, int h, int m0, int wg,
+                                                          const float *O, const float *m_i, const float *l_i,
+                                                          uint32_t sO) {
+    const int t128 = threadIdx.x & 127, lane = t128 & 31, j = lane & 3;
+    const int wrow = (t128 >> 5) * 16 + (lane >> 2); // this thread's first row of the warpgroup's 64
+    const int64_t lse_row0 = ((int64_t)b * p.a.H + h) * p.a.Sq;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_i[r]);
+        inv[r] = l > 0.f ? p.o_scale / l : 0.f;
+        const int row = m0 + 64 * wg + wrow + 8 * r;
+        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+    }
+    if (t128 == 0) bulk_wait_read<0>(); // the previous tile's store has read sO
+    bar_sync(1 + wg, 128);
+    // stmatrix k covers columns 16 k .. 16 k + 15 of the warp's 16 rows: matrix i is n-tile 2 k +
+    // (i >> 1), rows + 8 (i & 1); lane 8 i + jj addresses its row jj, whose swizzle is jj (the tile is
+    // 1024-aligned), so chunk 2 k + (i >> 1) lands at the lane's address XOR (k & 3) << 5.
+    const int mi = lane >> 3, mj = lane & 7;
+    const uint32_t a0 = sO + ((t128 >> 5) * 16 + mj + 8 * (mi & 1)) * 128 + (((mi >> 1) ^ mj) << 4);
+#pragma unroll
+    for (int k = 0; k < D / 16; k++) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int nt = 2 * k + (i >> 1), rh = i & 1;
+            w[i] = pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * rh] * inv[rh], O[4 * nt + 2 * rh + 1] * inv[rh]);
+        }
+        stmatrix_x4((a0 ^ ((k & 3) << 5)) + (k >> 2) * (64 * 128), w);
+    }
+    fence_proxy_async_smem();
+    bar_sync(1 + wg, 128);
+    if (t128 == 0) {
+#pragma unroll
+        for (int cb = 0; cb < D * 2 / 128; cb++) tma_store_4d(map_o, sO + cb * 64 * 128, 64 * cb, m0 + 64 * wg, h, b);
+        bulk_commit();
+    }
+}
+
 // Persistent: gridDim.x CTAs (one per SM) walk the units of sm90_fwd_unit (tiles, or pairs of
 // tiles that balance causal work) with a stride of gridDim.x, so a CTA's next Q_i and first K_j, V_j
 // load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
@@ -619,7 +675,7 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
 // 1.00-1.09x at S = 512-2048 (causal D = 64 1.04-1.09x, e4m3 D = 128 1.02-1.05x), 0.98-1.02x at
 // 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
 // the lab: h200-2026-12-01-s9-own.txt.)
-template <typename T, int D, int NWG, int BN, int STAGES>
+template <typename T, int D, int NWG, int BN, int STAGES, int O_BYTES>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -633,8 +689,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     static_assert(!FP8 || BN % 128 == 0, "fp8: V^T rows of BN bytes fill 128-byte swizzle rows");
 
     const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES;
-    const uint32_t fullQ = sV0 + STAGES * KV_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
+    const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES, sO = sV0 + STAGES * KV_BYTES;
+    const uint32_t fullQ = sO + O_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
                    emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES;
     const int tid = threadIdx.x, wg = warpgroup_uniform(0);
     const int n_units = (p.tile_pairs ? (p.n_m_blocks + 1) / 2 * 2 : p.n_m_blocks) * p.a.B * p.a.H;
@@ -778,10 +834,15 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         int unit2 = unit, m_block2, b2, h2;
         asm volatile("" : "+r"(unit2));
         sm90_fwd_unit(p, unit2, &m_block2, &b2, &h2);
-        sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
+        if (O_BYTES > 0 && maps.o_tma)
+            sm90_fwd_store_tma<T, D>(p, &maps.o, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i,
+                                     sO + c * 64 * D * 2);
+        else
+            sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
         FLASHC_FWD_TRACE(1 + c, qi - 1, 6);
     }
     if (c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
+    if (O_BYTES > 0 && (tid & 127) == 0) bulk_wait_all(); // this warpgroup's last O_i store is done
 #endif
 }
 
@@ -843,7 +904,7 @@ static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
 // The TMA maps of the warp-specialized kernel; false when the problem needs the cp.async kernel
 // (bf16/f16 varlen or seqused_k: see the kernel's comment) or the driver refuses a map.
 template <typename T, int D, int BM, int BN>
-static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *m) {
+static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *m, bool o_stage) {
     constexpr int ES = sm90_elem<T>::ES;
     const flashc_cuda_attn &a = p->a;
     const bool packed = a.cu_q != NULL;
@@ -857,6 +918,10 @@ static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *
                               (uint64_t)(packed ? 1 : a.B)};
     const int64_t qst[3] = {p->q_rs * ES, p->q_hs * ES, p->q_bs * ES}, kst[3] = {p->k_rs * ES, p->k_hs * ES, p->k_bs * ES};
     if (!sm90_tma_map(&m->q, p->q, ES, qdim, qst, BM) || !sm90_tma_map(&m->k, p->k, ES, kdim, kst, BN)) return false;
+    // O by TMA from shared memory: batch mode, a 128-byte aligned base (else the register stores)
+    const uint64_t odim[4] = {(uint64_t)a.D, (uint64_t)a.Sq, (uint64_t)a.H, (uint64_t)a.B};
+    const int64_t ost[3] = {p->o_rs * 2, p->o_hs * 2, p->o_bs * 2};
+    m->o_tma = o_stage && !packed && !((uintptr_t)p->o & 127) && sm90_tma_map(&m->o, p->o, 2, odim, ost, 64);
     if constexpr (sm90_elem<T>::FP8) { // V^T: (vt_cols keys, D rows, H_kv heads), boxes of BN keys x D rows
         const uint64_t vdim[4] = {(uint64_t)p->vt_cols, (uint64_t)a.D, (uint64_t)a.H_kv, 1};
         const int64_t vst[3] = {p->vt_cols, (int64_t)a.D * p->vt_cols, 16};
@@ -872,11 +937,14 @@ static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *
 // where flashc_sm90_make_maps says no).
 template <typename T, int D, int NWG, int BN, int STAGES, int LOOP>
 cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) {
-    constexpr int smem = flashc_cuda_fwd_sm90_smem_of(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES);
+    constexpr int o_bytes = LOOP == 2 ? flashc_cuda_fwd_sm90_o_bytes(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES) : 0;
+    constexpr int smem = flashc_cuda_fwd_sm90_smem_of(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES) + o_bytes;
     flashc_sm90_maps maps;
-    const bool ws = LOOP == 2 && flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps);
+    const bool ws = LOOP == 2 && flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps, o_bytes > 0);
     // (3 warpgroups without a producer to take registers from spill: the fallback keeps 2)
-    if (LOOP == 2 && !ws) return flashc_cuda_fwd_sm90_run<T, D, 2, BN, STAGES, flashc_cuda_fwd_sm90_fallback(D)>(p, stream);
+    if (LOOP == 2 && !ws)
+        return flashc_cuda_fwd_sm90_run<T, D, 2, BN, flashc_cuda_fwd_sm90_fallback_stages(D, STAGES),
+                                        flashc_cuda_fwd_sm90_fallback(D)>(p, stream);
     p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
     if (blocks == 0) return cudaSuccess;
@@ -897,7 +965,7 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
     }
     if constexpr (LOOP == 2) {
-        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES>;
+        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         const long long units = p->tile_pairs ? (long long)(p->n_m_blocks + 1) / 2 * BH : blocks;
@@ -912,15 +980,16 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     return cudaGetLastError();
 }
 
-// The tuned tile (causal problems may have their own); p->sm90_pp = 1 / 2 / 3 forces the
+// The tuned tile (rows that see few keys may have their own); p->sm90_pp = 1 / 2 / 3 forces the
 // lockstep / ping-pong / TMA loop on it (A/B timing, tests).
-template <typename T, int D, bool CAUSAL>
+template <typename T, int D, bool SHORT_ROWS>
 cudaError_t flashc_cuda_fwd_sm90_tuned(flashc_fwd_params *p, cudaStream_t stream) {
-    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, sm90_elem<T>::FP8, CAUSAL);
+    constexpr flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, sm90_elem<T>::FP8, SHORT_ROWS);
     constexpr int NWG = t.nwarps / 4, NWG_CP = NWG < 2 ? NWG : 2; // (the cp.async loops spill with 3)
     const int loop = p->sm90_pp ? p->sm90_pp - 1 : t.pingpong;
-    return loop == 0   ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, t.stages, 0>(p, stream)
-           : loop == 1 ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, t.stages, 1>(p, stream)
+    constexpr int S_CP = flashc_cuda_fwd_sm90_fallback_stages(D, t.stages);
+    return loop == 0   ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, S_CP, 0>(p, stream)
+           : loop == 1 ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, S_CP, 1>(p, stream)
                        : flashc_cuda_fwd_sm90_run<T, D, NWG, t.bn, t.stages, 2>(p, stream);
 }
 
@@ -929,11 +998,11 @@ cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t strea
     constexpr bool fp8 = sm90_elem<T>::FP8;
     constexpr flashc_cuda_tile tn = flashc_cuda_tune_fwd_sm90(D, fp8, false), tc = flashc_cuda_tune_fwd_sm90(D, fp8, true);
     constexpr bool same = tn.bm == tc.bm && tn.bn == tc.bn && tn.stages == tc.stages && tn.pingpong == tc.pingpong;
-    // causal or a right window (both skip key blocks like causal) while a row sees few keys
+    // a row's span of keys; causal stands for any bounded right window (both skip key blocks)
     const int row_keys = p->a.window_left >= 0 && p->a.window_left < p->a.Sk ? p->a.window_left + 1 : p->a.Sk;
-    const bool causal = p->a.window_right >= 0 && row_keys < flashc_cuda_fwd_sm90_causal_keys;
+    const bool short_rows = row_keys < flashc_cuda_fwd_sm90_short_keys(D, fp8, p->a.window_right >= 0);
     if constexpr (same) return flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
-    else return causal ? flashc_cuda_fwd_sm90_tuned<T, D, true>(p, stream) : flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
+    else return short_rows ? flashc_cuda_fwd_sm90_tuned<T, D, true>(p, stream) : flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
 }
 
 #endif // FLASHC_SM90_FWD_CUH
