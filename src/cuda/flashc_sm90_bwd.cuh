@@ -251,8 +251,9 @@ typedef struct flashc_sm90_bwd_maps {
 // Two consumer warpgroups: 256 threads, BN = 128, one CTA per SM (242 registers at D = 128 in the
 // cp.async mode, 255 at D = 64). One warpgroup (BN = 64, two CTAs per SM) passed the same tests but
 // ran 0.6-0.8x as fast; it is gone.
-// WS = true: warpgroup 0 is a producer whose one thread brings Q_i, dO_i (TMA) and lse2_i, D_i
-// (bulk copies; at D = 64 the consumers load those, OWN_STATS below) into a STAGES-deep ring on
+// WS = true: warpgroup 0 is a producer whose one thread brings Q_i, dO_i (TMA) and, with 3 stages
+// only, lse2_i, D_i (bulk copies; on 2 stages the consumers load those, OWN_STATS below) into a
+// STAGES-deep ring on
 // full / empty mbarriers (the forward's scheme), and
 // setmaxnreg gives the 2 consumer warpgroups 240 registers; the consumers meet on named
 // barrier 4 where the plain kernel has __syncthreads. Batch mode without seqused_k only (the maps
@@ -296,11 +297,17 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 
     // step it reads head h_kv group + it / n_mb, query block mb_begin + it % n_mb, ring slot it % STAGES
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
-    // WS at D = 64: the consumers bring lse2_i, D_i themselves (cp.async, a step ahead, ordered by
-    // their named barrier), not the producer by bulk copies: racecheck reported those against the
-    // consumers' reads there (12 hazards, the mbarriers between them notwithstanding), not at D = 128
-    constexpr bool OWN_STATS = WS && D == 64;
-    static_assert(!OWN_STATS || STAGES == 2, "the consumers' stats are double-buffered by step parity");
+    // WS on 2 stages: the consumers bring lse2_i, D_i themselves (cp.async, a step ahead, ordered by
+    // their named barrier), not the producer by bulk copies. racecheck reports the bulk copies
+    // against the consumers' reads of the slot's previous use, the empty mbarrier between them (and
+    // the consumers' proxy fences before its arrive) notwithstanding: at D = 64 12 hazards
+    // (h200-2026-12-01-s8-bwd64-ws.txt), at D = 128 2 (f16, h200-2026-12-02-s14.txt call 6; the
+    // --quick cases it had run before did not show them). We read the PTX memory model as ordering
+    // them (CUTLASS's TMA pipelines release a stage the same way), but a sanitizer that cannot be
+    // kept clean hides real races, so the consumers load. Cost at D = 128, one process against the
+    // bulk copies (call 7): 0.98-0.99x. The 3-stage mode (FLASHC_CUDA_SM90=4, not the default) keeps
+    // the bulk copies.
+    constexpr bool OWN_STATS = WS && STAGES == 2;
     if (WS) {
         if (threadIdx.x == 0) {
             ring_init(full0, empty0, STAGES, NWG);
