@@ -65,8 +65,8 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
 // 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T): 2x128 ws, 3 / 2 stages;
 // H200 (same file, dev/cuda/bench_fp8.py) D = 128 S = 4096 / 16384: 737 / 823 TFLOP/s non-causal.
-// Rows that see fewer keys than flashc_cuda_fwd_sm90_short_keys (a row's span: Sk, or its window)
-// take the short-row tile:
+// Rows that see fewer keys than flashc_cuda_fwd_sm90_short_keys (a row's span: Sk, or wl + wr + 1
+// where the window bounds both sides) take the short-row tile:
 // - D = 64, causal only (or a bounded right window): 2x128 instead of 3x128. H200, 2026-12-02
 //   (dev/cuda/ab.py, bench/results/h200-2026-12-02-s12.txt), causal on 3x128 s3 against 2x128 s3:
 //   S = 512 / 1024 / 2048 0.71 / 0.88 / 0.93x, S = 4096 / 8192 / 16384 1.07 / 1.10 / 1.13x (the

@@ -572,8 +572,9 @@ static __device__ __forceinline__ void quad_transpose4(uint32_t *w, int j) {
 }
 
 // Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory,
-// where the CTA has no room for an O tile beside Q_i and the rings (D = 256) or TMA cannot store O
-// (varlen, O not 128-byte aligned); else sm90_fwd_store_tma. (The persistent kernel cannot stage
+// where the CTA has no room for an O tile beside Q_i and the rings (D = 256, and D = 128 on 3
+// stages) or TMA cannot store O (varlen, O not 128-byte aligned, strides a map cannot encode); else
+// sm90_fwd_store_tma. (The persistent kernel cannot stage
 // O_i in the Q tile, which already receives the next tile's Q_i.) A quad's 4 lanes hold 2 columns each of every 8: a quad transpose gives each lane 8
 // contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu, D = 128, S = 512): with a
 // 4-byte store per column pair the epilogue took ~4300 of a tile's ~16900 cycles; 16-byte stores,
@@ -798,7 +799,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 if ((tid & 127) == 0) {
                     mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
                     // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ
-                    // (so this kernel must not stage O_i there: sm90_fwd_store_regs, not sm90_fwd_store)
+                    // (so this kernel never stages O_i there: sm90_fwd_store_tma has its own O tile)
                     if (t == n_blocks - 1) mbar_arrive(emptyQ);
                 }
 #pragma unroll
@@ -998,9 +999,12 @@ cudaError_t flashc_cuda_fwd_sm90_launch(flashc_fwd_params *p, cudaStream_t strea
     constexpr bool fp8 = sm90_elem<T>::FP8;
     constexpr flashc_cuda_tile tn = flashc_cuda_tune_fwd_sm90(D, fp8, false), tc = flashc_cuda_tune_fwd_sm90(D, fp8, true);
     constexpr bool same = tn.bm == tc.bm && tn.bn == tc.bn && tn.stages == tc.stages && tn.pingpong == tc.pingpong;
-    // a row's span of keys; causal stands for any bounded right window (both skip key blocks)
-    const int row_keys = p->a.window_left >= 0 && p->a.window_left < p->a.Sk ? p->a.window_left + 1 : p->a.Sk;
-    const bool short_rows = row_keys < flashc_cuda_fwd_sm90_short_keys(D, fp8, p->a.window_right >= 0);
+    // the most keys a row sees (a window bounded on one side only leaves up to Sk); causal stands
+    // for any bounded right window (both skip key blocks)
+    const int wl = p->a.window_left, wr = p->a.window_right;
+    const long long band = wl >= 0 && wr >= 0 ? (long long)wl + wr + 1 : (long long)p->a.Sk;
+    const long long span = band < p->a.Sk ? band : p->a.Sk;
+    const bool short_rows = span < flashc_cuda_fwd_sm90_short_keys(D, fp8, wr >= 0);
     if constexpr (same) return flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
     else return short_rows ? flashc_cuda_fwd_sm90_tuned<T, D, true>(p, stream) : flashc_cuda_fwd_sm90_tuned<T, D, false>(p, stream);
 }
