@@ -76,7 +76,9 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 //   epilogue (flashc_cuda_fwd_sm90_o_bytes, sm90_fwd_store_tma). H200, one process against 3 stages
 //   and register stores (h200-2026-12-02-s14.txt calls 4-5), S = 512 / 1024 / 2048 / 8192 / 16384:
 //   1.05-1.06 / 1.03 / 1.01-1.02 / 1.01 / 0.98x, causal 1.09 / 1.05 / 1.02-1.03 / 1.00 / 1.00x; 2
-//   stages with register stores: 1.00-1.01x, causal 1.00-1.03x (S <= 8192).
+//   stages with register stores: 1.00-1.01x, causal 1.00-1.03x (S <= 8192). The 8192-key bound is
+//   not a measured crossover: at 16384 the 3-stage kernel against itself read 0.986x (call 6), as
+//   far from 1 as the 2-stage tile; long rows keep the kernel they ran before.
 static constexpr int flashc_cuda_fwd_sm90_short_keys(int D, bool fp8, bool causal) {
     return fp8 ? 0 : D <= 64 ? (causal ? 4096 : 0) : D <= 128 ? 8192 : 0;
 }
