@@ -36,6 +36,13 @@
 #include "flashc_cuda_common.cuh"
 #include "flashc_cuda_decode.h"
 
+// Time stamps of the tensor-core kernel (ev: 0 entry, 1 + w warp w's first step landed, 5 + w warp
+// w's key loop done, 9 the CTA finished: stored, or merged if it was the last split; see
+// dev/cuda/dec_trace.cu, which defines the hook; nothing by default)
+#ifndef FLASHC_DEC_TRACE
+#define FLASHC_DEC_TRACE(ev) do {} while (0)
+#endif
+
 #define DEC_WARPS 4             // 128 threads: small CTAs, several per SM, for load balance
 #define DEC_THREADS (DEC_WARPS * 32)
 #define DEC_MIN_SPLIT_KEYS 128  // a split below this many keys costs more in setup and merge than it saves
@@ -741,6 +748,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     const int b = blockIdx.z, hk = blockIdx.y;
     const int chunk = blockIdx.x % p.row_chunks, split = blockIdx.x / p.row_chunks;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) FLASHC_DEC_TRACE(0);
     const int c_b = cache_len(p, b);
     const int n_b = c_b + p.seqlen_new;
     const int r0 = chunk * ROWS;
@@ -825,6 +833,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
         cp_async_commit();
         cp_async_wait<NST - 1>();
         __syncwarp(); // every lane's copies of step t are visible to the warp
+        if (t == 0 && lane == 0) FLASHC_DEC_TRACE(1 + warp);
         const uint32_t sK = ring + t % NST * S::STAGE * 2, sV = sK + 16 * S::KLD * 2;
         const int sw = lane % 8; // the rows an ldmatrix lane addresses have r & 7 = lane % 8
 
@@ -890,6 +899,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     }
 
     // --- the warps' (m_i, l_i, O_i) to shared memory (over the rings, once every copy has landed)
+    if (lane == 0) FLASHC_DEC_TRACE(5 + warp);
     cp_async_wait<0>();
     __syncthreads();
     float *sO = (float *)dec_smem; // (DEC_WARPS, ROWS, DP)
@@ -905,6 +915,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     __syncthreads();
 
     finish_rows<T, DP, ROWS, 16>(p, sO, sWML, b, hk, chunk, split, r0);
+    if (threadIdx.x == 0) FLASHC_DEC_TRACE(9);
 }
 
 // ------------------------------------------------------------------------------------------------
