@@ -574,9 +574,9 @@ static __device__ __forceinline__ void quad_transpose4(uint32_t *w, int j) {
 // Epilogue of consumer warpgroup wg from registers: O_i / l_i and L_i straight to global memory,
 // where the CTA has no room for an O tile beside Q_i and the rings (D = 256, and D = 128 on 3
 // stages) or TMA cannot store O (varlen, O not 128-byte aligned, strides a map cannot encode); else
-// sm90_fwd_store_tma. (The persistent kernel cannot stage
-// O_i in the Q tile, which already receives the next tile's Q_i.) A quad's 4 lanes hold 2 columns each of every 8: a quad transpose gives each lane 8
-// contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu, D = 128, S = 512): with a
+// sm90_fwd_store_tma. (The persistent kernel cannot stage O_i in the Q tile, which already
+// receives the next tile's Q_i.) A quad's 4 lanes hold 2 columns each of every 8: a quad transpose
+// gives each lane 8 contiguous columns, one 16-byte store. H200 (dev/cuda/fwd90_trace.cu, D = 128, S = 512): with a
 // 4-byte store per column pair the epilogue took ~4300 of a tile's ~16900 cycles; 16-byte stores,
 // one process against them (h200-2026-12-01-s10b-final.txt): S = 512 1.06x / 1.16x at D = 128 / 256
 // (causal 1.10x / 1.16x, e4m3 D = 256 1.17-1.20x), S = 2048 1.02-1.10x, 16384 0.98-1.02x; but
