@@ -106,7 +106,7 @@ static void run(int B, int Sk) {
     for (int c = 0; c < n; c++) {
         const unsigned long long *e = h_dt[c];
         unsigned long long f = ~0ull, l0 = ~0ull, l1 = 0;
-        for (int w = 0; w < DEC_WARPS && w < 4; w++) {
+        for (int w = 0; w < DEC_WARPS; w++) {
             if (e[1 + w] && e[1 + w] < f) f = e[1 + w];
             if (e[5 + w] < l0) l0 = e[5 + w];
             if (e[5 + w] > l1) l1 = e[5 + w];

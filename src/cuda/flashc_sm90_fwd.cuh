@@ -314,6 +314,26 @@ static __device__ __forceinline__ void sm90_rescale_pack(float *O, uint32_t (*P)
     sm90_pack_p<T, BN>(P, S);
 }
 
+// Lines 12-13 for a row of this thread, whose quad holds the row's partial sums: l_i and O_i's
+// factor o_scale / l_i; L_i = (m_i + log2 l_i) ln 2 by sm90_lse (a row that saw no key: O_i = 0,
+// L_i = +inf).
+typedef struct sm90_row_end {
+    float l, inv;
+} sm90_row_end;
+static __device__ __forceinline__ sm90_row_end sm90_finish_row(const flashc_fwd_params &p, float l_part) {
+    const float l = quad_sum(l_part);
+    return {l, l > 0.f ? p.o_scale / l : 0.f};
+}
+static __device__ __forceinline__ float sm90_lse(float m, float l) {
+    return l > 0.f ? (m + log2f(l)) * FLASHC_LN2 : INFINITY;
+}
+
+// Where the LSE rows of sequence b, head h begin: (B, H, Sq), or (H, total_q) for packed sequences.
+static __device__ __forceinline__ int64_t sm90_lse_row0(const flashc_fwd_params &p, const flashc_cuda_seq &s, int b,
+                                                        int h) {
+    return p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
+}
+
 // Epilogue of warpgroup wg (its 64 rows of the BM-row block at m0): O_i = O_i / l_i,
 // L_i = m_i + log(l_i) (lines 12-13). It stages its rows of O_i in its rows of the (swizzled) Q
 // tile at sQ, which only its own, finished, wgmmas read, then stores them as 16-byte chunks.
@@ -323,22 +343,19 @@ static __device__ __forceinline__ void sm90_fwd_store(const flashc_fwd_params &p
                                                       const float *l_i, uint32_t sQ) {
     const int t128 = threadIdx.x & 127, lane = t128 & 31;
     const int trow = wg * 64 + (t128 >> 5) * 16 + (lane >> 2);
-    float *lse = p.lse;
-    const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
+    const int64_t lse_row0 = sm90_lse_row0(p, s, b, h);
     char *smem = (char *)flashc_smem + (sQ - smem_u32(flashc_smem));
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float l = quad_sum(l_i[r]);
-        const float inv = l > 0.f ? p.o_scale / l : 0.f;
+        const sm90_row_end e = sm90_finish_row(p, l_i[r]);
         const int row = trow + 8 * r;
 #pragma unroll
         for (int nt = 0; nt < D / 8; nt++) {
             const uint32_t off = sw128_offset(BM, row, 8 * nt) + 4 * (lane & 3);
             *(uint32_t *)(smem + off) =
-                pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+                pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * e.inv, O[4 * nt + 2 * r + 1] * e.inv);
         }
-        if (lse && (lane & 3) == 0 && m0 + row < s.sq)
-            lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+        if (p.lse && (lane & 3) == 0 && m0 + row < s.sq) p.lse[lse_row0 + m0 + row] = sm90_lse(m_i[r], e.l);
     }
     bar_sync(1 + wg, 128);
     const int m_rows = min(BM, s.sq - m0);
@@ -587,12 +604,11 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
                                                            const float *l_i) {
     const int t128 = threadIdx.x & 127, lane = t128 & 31, j = lane & 3;
     const int trow = wg * 64 + (t128 >> 5) * 16 + (lane >> 2);
-    const int64_t lse_row0 = p.a.cu_q ? (int64_t)h * p.a.total_q + s.q_row0 : ((int64_t)b * p.a.H + h) * p.a.Sq;
+    const int64_t lse_row0 = sm90_lse_row0(p, s, b, h);
     uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0) * p.o_rs + h * p.o_hs;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float l = quad_sum(l_i[r]);
-        const float inv = l > 0.f ? p.o_scale / l : 0.f;
+        const sm90_row_end e = sm90_finish_row(p, l_i[r]);
         const int row = trow + 8 * r;
         const bool in = m0 + row < s.sq; // the same for the quad (every lane shuffles)
         uint16_t *orow = Og + (int64_t)row * p.o_rs + 8 * j;
@@ -602,13 +618,13 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int nt = 4 * g + k;
-                w[k] = pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * inv, O[4 * nt + 2 * r + 1] * inv);
+                w[k] = pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * e.inv, O[4 * nt + 2 * r + 1] * e.inv);
             }
             quad_transpose4(w, j); // lane j: columns 32 g + 8 j .. + 7
             if (in && 32 * g + 8 * j < p.a.D) // D is a multiple of 8: 8 columns are in or out
                 *(uint4 *)(orow + 32 * g) = make_uint4(w[0], w[1], w[2], w[3]);
         }
-        if (in && p.lse && j == 0) p.lse[lse_row0 + m0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+        if (in && p.lse && j == 0) p.lse[lse_row0 + m0 + row] = sm90_lse(m_i[r], e.l);
     }
 }
 
@@ -630,14 +646,14 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
                                                           uint32_t sO) {
     const int t128 = threadIdx.x & 127, lane = t128 & 31, j = lane & 3;
     const int wrow = (t128 >> 5) * 16 + (lane >> 2); // this thread's first row of the warpgroup's 64
-    const int64_t lse_row0 = ((int64_t)b * p.a.H + h) * p.a.Sq;
+    const int64_t lse_row0 = ((int64_t)b * p.a.H + h) * p.a.Sq; // (batch mode: sm90_lse_row0 without cu_q)
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float l = quad_sum(l_i[r]);
-        inv[r] = l > 0.f ? p.o_scale / l : 0.f;
+        const sm90_row_end e = sm90_finish_row(p, l_i[r]);
+        inv[r] = e.inv;
         const int row = m0 + 64 * wg + wrow + 8 * r;
-        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = l > 0.f ? (m_i[r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = sm90_lse(m_i[r], e.l);
     }
     if (t128 == 0) bulk_wait_read<0>(); // the previous tile's store has read sO
     bar_sync(1 + wg, 128);
