@@ -37,7 +37,8 @@
 #include "flashc_cuda_decode.h"
 
 // Time stamps of the tensor-core kernel (ev: 0 entry, 1 + w warp w's first step landed, 5 + w warp
-// w's key loop done, 9 the CTA finished: stored, or merged if it was the last split; see
+// w's key loop done, 9 the CTA finished: stored, or merged if it was the last split; 10 Q_i in
+// shared memory, 11 the warps' (m_i, l_i, O_i) in shared memory, 12 the rows stored or parked; see
 // dev/cuda/dec_trace.cu, which defines the hook; nothing by default)
 #ifndef FLASHC_DEC_TRACE
 #define FLASHC_DEC_TRACE(ev) do {} while (0)
@@ -438,43 +439,61 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
     }
 }
 
-// The end of a CTA: the warps' (m_i, l_i, O_i) -- sO (DEC_WARPS, ROWS, DP) fp32 unnormalised, sWML
+// The end of a CTA: the warps' (m_i, l_i, O_i) -- sO (DEC_WARPS, ROWS, SLD) fp32 unnormalised, sWML
 // (DEC_WARPS, 2, ROWS) -- merged, then O_i = O_i / l_i, L_i = m_i + log2(l_i) in natural log (Alg. 1
 // lines 12-13) stored, or parked as this split's partial; with split-KV the last split of the
 // (b, kv head, row chunk) to finish merges them all (U: merge_splits' loads in flight). Called by
-// every thread after a __syncthreads.
-template <typename T, int DP, int ROWS, int U>
+// every thread after a __syncthreads. One thread per row first turns the warps' (m, l) into a weight
+// per warp, ex2(m_w - M) / L, so that a dim costs DEC_WARPS FMAs, four dims a thread: a thread per
+// dim with the max, the ex2s and the divide in it took 1.7 us (H200, dec_trace).
+template <typename T, int DP, int ROWS, int U, int SLD>
 static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p, const float *sO,
                                                    const float (*sWML)[2][ROWS], int b, int hk, int chunk, int split,
                                                    int r0) {
+    __shared__ float sF[ROWS][DEC_WARPS + 1]; // per row: the warps' weights, then L_i
     const int n_rows = min(ROWS, p.rows - r0);
-    for (int idx = threadIdx.x; idx < n_rows * DP; idx += DEC_THREADS) {
-        const int r = idx / DP, d = idx % DP, rg = r0 + r;
-        if (d >= p.D) continue;
+    if (threadIdx.x < n_rows) {
+        const int r = threadIdx.x;
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sWML[w][0][r]);
         const float Mu = M == -INFINITY ? 0.f : M;
-        float L = 0.f, O = 0.f;
+        float f[DEC_WARPS], L = 0.f;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = ex2(sWML[w][0][r] - Mu);
-            L += sWML[w][1][r] * f;
-            O += sO[(w * ROWS + r) * DP + d] * f;
+            f[w] = ex2(sWML[w][0][r] - Mu);
+            L += sWML[w][1][r] * f[w];
         }
-        const float out = L > 0.f ? O / L : 0.f;
-        const float lse = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : INFINITY; // a row with no key: +inf
+        const float inv = L > 0.f ? 1.f / L : 0.f; // a row with no key: O_i = 0
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) sF[r][w] = f[w] * inv;
+        sF[r][DEC_WARPS] = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : INFINITY; // a row with no key: +inf
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_rows * DP / 4; idx += DEC_THREADS) {
+        const int r = idx / (DP / 4), d0 = idx % (DP / 4) * 4, rg = r0 + r;
+        if (d0 >= p.D) continue; // D % 8 == 0: four dims are all in or all out
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float f = sF[r][w];
+            const float4 x = *(const float4 *)&sO[(w * ROWS + r) * SLD + d0];
+            o.x = fmaf(f, x.x, o.x), o.y = fmaf(f, x.y, o.y), o.z = fmaf(f, x.z, o.z), o.w = fmaf(f, x.w, o.w);
+        }
+        const float lse = sF[r][DEC_WARPS];
         const int i = rg / p.group, h = hk * p.group + rg % p.group;
         if (p.n_splits == 1) {
-            ((uint16_t *)p.o)[b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d] = from_f32<T>(out);
-            if (p.lse && d == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = lse;
+            uint16_t *out = (uint16_t *)p.o + b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d0;
+            out[0] = from_f32<T>(o.x), out[1] = from_f32<T>(o.y), out[2] = from_f32<T>(o.z), out[3] = from_f32<T>(o.w);
+            if (p.lse && d0 == 0) p.lse[((int64_t)b * p.H + h) * p.Sq + i] = lse;
         } else {
             const int64_t row = (((int64_t)split * p.B + b) * p.Sq + i) * p.H + h;
-            p.part_o[row * p.D + d] = out;
-            if (d == 0) p.part_lse[(((int64_t)split * p.B + b) * p.H + h) * p.Sq + i] = lse;
+            *(float4 *)&p.part_o[row * p.D + d0] = o; // the workspace: 16-byte aligned, D % 8 == 0
+            if (d0 == 0) p.part_lse[(((int64_t)split * p.B + b) * p.H + h) * p.Sq + i] = lse;
         }
     }
 
+    if (threadIdx.x == 0) FLASHC_DEC_TRACE(12);
     // --- split-KV: count this split in; the last of the (b, kv head, row chunk) merges them all
     if (p.n_splits > 1) {
         __shared__ int s_last;
@@ -503,7 +522,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
                   LPR = S::LPR, TILE = S::TILE;
     __shared__ __align__(16) float sP[NG][N + ROWS];    // per key group: P_ij of the step, then alpha per row
     __shared__ float sML[NG][2][ROWS];                  // per key group: m_i, l_i at the end
-    __shared__ float sO[DEC_WARPS][ROWS][DP];           // per warp: O_i (unnormalised)
+    __shared__ __align__(16) float sO[DEC_WARPS][ROWS][DP]; // per warp: O_i (unnormalised)
     __shared__ float sWML[DEC_WARPS][2][ROWS];          // per warp: m_i, l_i
 
     // --- setup: which (b, kv head, row chunk, split) am I; my key group and lane in it
@@ -679,7 +698,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_kernel(const __grid
 
     // 8 merge loads in flight, not 16: this kernel's occupancy is set by its registers (128 now; 16
     // took an earlier version from ~128 to 168, 4 CTAs per SM to 3)
-    finish_rows<T, DP, ROWS, 8>(p, &sO[0][0][0], sWML, b, hk, chunk, split, r0);
+    finish_rows<T, DP, ROWS, 8, DP>(p, &sO[0][0][0], sWML, b, hk, chunk, split, r0);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -714,7 +733,10 @@ struct dec_mma_shape {
     static constexpr int NST = DP == 128 ? 3 : 4;
     static constexpr size_t RINGS = (size_t)DEC_WARPS * NST * STAGE * 2;                   // bytes
     static constexpr size_t SMEM = DP == 128 && RINGS < 131072 ? 131072 : RINGS;          // dynamic, bytes
-    static_assert((size_t)DEC_WARPS * DEC_MMA_ROWS * DP * 4 <= RINGS, "sO reuses the rings");
+    // sO's row stride in floats: 8 more than DP, so that the 8 rows of a warp's float2 stores (lane / 4)
+    // start 8 banks apart (at DP they all started in bank 0: 8-way conflicts)
+    static constexpr int SLD = DP + 8;
+    static_assert((size_t)DEC_WARPS * DEC_MMA_ROWS * SLD * 4 <= RINGS, "sO reuses the rings");
 };
 
 // One warp step: K_j and V_j of keys j0 .. j0 + 15 into a stage (rows past ke repeat row ke - 1:
@@ -763,7 +785,34 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     const int wb = min(ke, kb + warp * per_w), we = min(ke, wb + per_w);
     const int n_steps = (we - wb + 15) / 16;
 
-    // --- the first NST - 1 steps of K_j, V_j in flight before anything else
+    // --- Q_i: the CTA's 16 rows rotated at c_b (+ i), as T, zero past the rows and the head dim; a
+    // thread takes 8 dims of a row, their loads unrolled so that they are in flight together. Without
+    // rotary they are issued before the ring's first copies: behind them, they landed 1.7 us later
+    // and every warp waited for them (H200, dec_trace: the first K_j, V_j landed at 4.1 us, now 2.5)
+    constexpr int QN = (ROWS * CPR + DEC_THREADS - 1) / DEC_THREADS;
+    uint16_t xq[QN][8];
+    auto load_q = [&]() {
+#pragma unroll
+        for (int u = 0; u < QN; u++) {
+            const int c = u * DEC_THREADS + threadIdx.x, r = c / CPR, d0 = c % CPR * 8, rg = r0 + r;
+#pragma unroll
+            for (int e = 0; e < 8; e++) xq[u][e] = 0;
+            if (c >= ROWS * CPR || rg >= p.rows || d0 >= p.D) continue;
+            const int i = rg / p.group, h = hk * p.group + rg % p.group;
+            const uint16_t *qrow = (const uint16_t *)p.q + b * p.q_bs + (int64_t)i * p.q_rs + (int64_t)h * p.q_hs;
+            if (!p.rot_cos) {
+#pragma unroll
+                for (int e = 0; e < 8; e++) xq[u][e] = qrow[d0 + e];
+            } else {
+                const int64_t pos = (int64_t)c_b + (p.rot_q_per_row ? i : 0);
+#pragma unroll
+                for (int e = 0; e < 8; e++) xq[u][e] = from_f32<T>(rope_elem<T>(p, qrow, d0 + e, pos));
+            }
+        }
+    };
+    if (!p.rot_cos) load_q();
+
+    // --- the first NST - 1 steps of K_j, V_j in flight
     const uint32_t ring = smem_u32(dec_smem) + (uint32_t)(warp * NST * S::STAGE) * 2u;
     // my chunk of a key row; past the head dim (D < DP, D % 8 == 0) dims 0..7 of the same row instead:
     // real memory, met by Q_i = 0 (its O_i columns are never stored)
@@ -776,29 +825,17 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
         cp_async_commit();
     }
 
-    // --- Q_i: the CTA's 16 rows rotated at c_b (+ i), as T, zero past the rows and the head dim; a
-    // thread takes 8 dims of a row, their loads unrolled so that they are in flight together
+    if (p.rot_cos) load_q();
 #pragma unroll
-    for (int c0 = 0; c0 < ROWS * CPR; c0 += DEC_THREADS) {
-        const int c = c0 + threadIdx.x, r = c / CPR, d0 = c % CPR * 8, rg = r0 + r;
-        if ((ROWS * CPR) % DEC_THREADS && c >= ROWS * CPR) break;
-        uint16_t x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (rg < p.rows && d0 < p.D) {
-            const int i = rg / p.group, h = hk * p.group + rg % p.group;
-            const uint16_t *qrow = (const uint16_t *)p.q + b * p.q_bs + (int64_t)i * p.q_rs + (int64_t)h * p.q_hs;
-            if (!p.rot_cos) {
-#pragma unroll
-                for (int e = 0; e < 8; e++) x[e] = qrow[d0 + e];
-            } else {
-                const int64_t pos = (int64_t)c_b + (p.rot_q_per_row ? i : 0);
-#pragma unroll
-                for (int e = 0; e < 8; e++) x[e] = from_f32<T>(rope_elem<T>(p, qrow, d0 + e, pos));
-            }
-        }
+    for (int u = 0; u < QN; u++) {
+        const int c = u * DEC_THREADS + threadIdx.x, r = c / CPR, d0 = c % CPR * 8;
+        if (c >= ROWS * CPR) break;
+        const uint16_t *x = xq[u];
         *(uint4 *)&sQ[r * LD + d0] = make_uint4(x[0] | (uint32_t)x[1] << 16, x[2] | (uint32_t)x[3] << 16,
                                                 x[4] | (uint32_t)x[5] << 16, x[6] | (uint32_t)x[7] << 16);
     }
     __syncthreads();
+    if (threadIdx.x == 0) FLASHC_DEC_TRACE(10);
     uint32_t qa[DP / 16][4]; // A fragments of Q_i, k = 16 dims each
 #pragma unroll
     for (int kk = 0; kk < DP / 16; kk++)
@@ -902,19 +939,21 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     if (lane == 0) FLASHC_DEC_TRACE(5 + warp);
     cp_async_wait<0>();
     __syncthreads();
-    float *sO = (float *)dec_smem; // (DEC_WARPS, ROWS, DP)
+    float *sO = (float *)dec_smem; // (DEC_WARPS, ROWS, SLD)
 #pragma unroll
     for (int x = 0; x < 2; x++) {
         l_i[x] = quad_sum(l_i[x]);
         const int r = lane / 4 + 8 * x;
+        if (r0 + r >= p.rows) continue; // a padding row: never read
 #pragma unroll
         for (int n = 0; n < DP / 8; n++)
-            *(float2 *)&sO[(warp * ROWS + r) * DP + n * 8 + 2 * (lane % 4)] = make_float2(acc[n][2 * x], acc[n][2 * x + 1]);
+            *(float2 *)&sO[(warp * ROWS + r) * S::SLD + n * 8 + 2 * (lane % 4)] = make_float2(acc[n][2 * x], acc[n][2 * x + 1]);
         if (lane % 4 == 0) sWML[warp][0][r] = m_i[x], sWML[warp][1][r] = l_i[x];
     }
     __syncthreads();
+    if (threadIdx.x == 0) FLASHC_DEC_TRACE(11);
 
-    finish_rows<T, DP, ROWS, 16>(p, sO, sWML, b, hk, chunk, split, r0);
+    finish_rows<T, DP, ROWS, 16, S::SLD>(p, sO, sWML, b, hk, chunk, split, r0);
     if (threadIdx.x == 0) FLASHC_DEC_TRACE(9);
 }
 
