@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ab_decode.py -- several builds of flashc in one process on the decode shapes (bf16, GQA 32/8,
-head_dim 128, contiguous cache), timed interleaved on the same inputs beside SDPA CUDNN and a
+head_dim 128, contiguous cache), timed interleaved on the same inputs beside SDPA FLASH and CUDNN and a
 read-only ceiling (torch's sum over a 2 GiB bf16 tensor: every byte read once, nothing written).
 Prints GB/s of K + V read per build and the largest |o - o_first build|.
 
@@ -84,18 +84,21 @@ def main():
                     fc.kvcache(d, kv, q, ks[i], vs[i], None, None, o, lse)
                 impls.append((f"lib{li}" + (f"/s{ns}" if ns else ""), f))
 
-        def cudnn():
-            i = it[0] = (it[0] + 1) % n_rot
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return F.scaled_dot_product_attention(q.transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2),
-                                                      enable_gqa=True)
-        impls.append(("cudnn", cudnn))
+        def sdpa(backend):
+            def f():
+                i = it[0] = (it[0] + 1) % n_rot
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q.transpose(1, 2), ks[i].transpose(1, 2),
+                                                          vs[i].transpose(1, 2), enable_gqa=True)
+            return f
+        n_libs = len(impls)
+        impls += [("flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
         t = {n: [] for n, _ in impls}
         for _ in range(args.rounds):  # interleaved: all see the same clocks
             for n, f in impls:
                 t[n].append(bg.time_ms(f, 20) if not args.b2b else b2b_ms(f, args.b2b))
         # outputs on one copy of the cache, against the first build
-        for _, f in impls[:-1]:
+        for _, f in impls[:n_libs]:
             it[0] = n_rot - 1  # each call steps to the next copy: all read copy 0
             f()
         torch.cuda.synchronize()

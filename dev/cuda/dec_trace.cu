@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define TR_CTAS 4096
-__device__ unsigned long long g_dt[TR_CTAS][10];
+__device__ unsigned long long g_dt[TR_CTAS][13];
 #define FLASHC_DEC_TRACE(ev)                                                                                 \
     do {                                                                                                     \
         unsigned long long t_;                                                                               \
@@ -26,7 +26,7 @@ __device__ unsigned long long g_dt[TR_CTAS][10];
 #include "lab.h"
 static_assert(DEC_WARPS <= 4, "stamps 1 + w and 5 + w of warp w");
 
-static unsigned long long h_dt[TR_CTAS][10];
+static unsigned long long h_dt[TR_CTAS][13];
 
 static int cmp_u64(const void *a, const void *b) {
     const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
@@ -97,7 +97,7 @@ static void run(int B, int Sk) {
     int n = 0;
     while (n < TR_CTAS && h_dt[n][0]) n++;
     static unsigned long long entry[TR_CTAS], first[TR_CTAS], loop[TR_CTAS], loop_end[TR_CTAS], warps[TR_CTAS],
-        fin[TR_CTAS];
+        fin[TR_CTAS], qin[TR_CTAS], f_sm[TR_CTAS], f_rows[TR_CTAS], f_cnt[TR_CTAS];
     unsigned long long t0 = ~0ull, t_end = 0;
     for (int c = 0; c < n; c++) {
         t0 = h_dt[c][0] < t0 ? h_dt[c][0] : t0;
@@ -117,12 +117,17 @@ static void run(int B, int Sk) {
         loop_end[c] = l1 - t0;
         warps[c] = l1 - l0;
         fin[c] = e[9] - l1;
+        qin[c] = e[10] - e[0];
+        f_sm[c] = e[11] - l1;
+        f_rows[c] = e[12] - e[11];
+        f_cnt[c] = e[9] - e[12];
     }
     const double kv_bytes = 2.0 * nkv * 2, span = (double)(t_end - t0);
     printf("B=%d Sk=%d: %d CTAs, event %.1f us, kernel span %.1f us (%.0f GB/s over the span, %.0f over the event)\n",
            B, Sk, n, ms * 1e3, span / 1e3, kv_bytes / span, kv_bytes / (ms * 1e6));
     printf("  us, over the CTAs:          median      max\n");
     printf("  entry after the first      %7.2f  %7.2f\n", quant(entry, n, 0.5) / 1e3, quant(entry, n, 1.0) / 1e3);
+    printf("  Q_i in shared memory       %7.2f  %7.2f\n", quant(qin, n, 0.5) / 1e3, quant(qin, n, 1.0) / 1e3);
     printf("  first K_j, V_j landed      %7.2f  %7.2f\n", quant(first, n, 0.5) / 1e3, quant(first, n, 1.0) / 1e3);
     const double loop_med = quant(loop, n, 0.5);
     printf("  key loop                   %7.2f  %7.2f   (%.1f GB/s per CTA at the median)\n", loop_med / 1e3,
@@ -131,6 +136,9 @@ static void run(int B, int Sk) {
            quant(loop_end, n, 1.0) / 1e3, quant(loop_end, n, 0.0) / 1e3);
     printf("  warps' loop ends, spread   %7.2f  %7.2f\n", quant(warps, n, 0.5) / 1e3, quant(warps, n, 1.0) / 1e3);
     printf("  finish (and merge)         %7.2f  %7.2f\n", quant(fin, n, 0.5) / 1e3, quant(fin, n, 1.0) / 1e3);
+    printf("    warps' O_i in shared     %7.2f  %7.2f\n", quant(f_sm, n, 0.5) / 1e3, quant(f_sm, n, 1.0) / 1e3);
+    printf("    rows stored / parked     %7.2f  %7.2f\n", quant(f_rows, n, 0.5) / 1e3, quant(f_rows, n, 1.0) / 1e3);
+    printf("    split count (and merge)  %7.2f  %7.2f\n", quant(f_cnt, n, 0.5) / 1e3, quant(f_cnt, n, 1.0) / 1e3);
     fflush(stdout);
     CK(cudaFree(q));
     CK(cudaFree(o));
