@@ -1,11 +1,13 @@
 // dec_trace.cu -- where a decode call's time goes: %globaltimer stamps (ns, one clock for every SM)
 // at the FLASHC_DEC_TRACE hooks of the tensor-core decode kernel (flashc_cuda_decode.cu: CTA entry,
-// each warp's first step landed, each warp's key loop done, the CTA finished), for the decode shapes
+// Q_i in shared memory, each warp's first step landed, each warp's key loop done, the warps' O_i in
+// shared memory, the rows stored or parked, the CTA finished), for the decode shapes
 // of bench/bench_gpu.py (bf16, GQA 32/8, head_dim 128, seqlen_q 1, contiguous cache), through the
 // library's own launcher (its split plan). Prints, per shape: the call's event time, the kernel's
 // span from the first CTA's entry to the last CTA's end, and where the CTAs spend it (the spread of
-// their entries, the wait for the first K_j / V_j, the key loop and its rate, the spread of the
-// loops' ends over the CTAs and over the warps of a CTA, the finish and merge).
+// their entries, the wait for Q_i and for the first K_j / V_j, the key loop and its rate, the spread
+// of the loops' ends over the CTAs and over the warps of a CTA, the finish and merge in three parts).
+// First run: bench/results/h200-2026-12-02-s15.txt.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFLASHC_BUILD -DFLASHC_WITH_CUDA \
 //        -Iinclude -Isrc dev/cuda/dec_trace.cu -o build/dec_trace
 //   build/dec_trace [B:Sk ...]   (default 1:65536 16:4096 16:16384 16:65536)
