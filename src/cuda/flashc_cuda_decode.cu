@@ -440,17 +440,18 @@ static __device__ __forceinline__ void merge_splits(const flashc_decode_params &
 }
 
 // The end of a CTA: the warps' (m_i, l_i, O_i) -- sO (DEC_WARPS, ROWS, SLD) fp32 unnormalised, sWML
-// (DEC_WARPS, 2, ROWS) -- merged, then O_i = O_i / l_i, L_i = m_i + log2(l_i) in natural log (Alg. 1
-// lines 12-13) stored, or parked as this split's partial; with split-KV the last split of the
-// (b, kv head, row chunk) to finish merges them all (U: merge_splits' loads in flight). Called by
-// every thread after a __syncthreads. One thread per row first turns the warps' (m, l) into a weight
-// per warp, ex2(m_w - M) / L, so that a dim costs DEC_WARPS FMAs, four dims a thread: a thread per
-// dim with the max, the ex2s and the divide in it took 1.7 us (H200, dec_trace).
+// (DEC_WARPS, 2, ROWS), rows r0 + r >= p.rows not read (the caller may leave them unwritten) --
+// merged: O_i = sum_w ex2(m_w - M) O_w / L with L = sum_w ex2(m_w - M) l_w, and L_i = M + log2(L) in
+// natural log (Alg. 1 lines 12-13), stored, or parked as this split's partial; with split-KV the last
+// split of the (b, kv head, row chunk) to finish merges them all (U: merge_splits' loads in flight).
+// Called by every thread after a __syncthreads. One thread per row first turns the warps' (m, l)
+// into a weight per warp, ex2(m_w - M) / L, so that a dim costs DEC_WARPS FMAs, four dims a thread: a
+// thread per dim with the max, the ex2s and the divide in it took 1.7 us (H200, dec_trace).
 template <typename T, int DP, int ROWS, int U, int SLD>
 static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p, const float *sO,
                                                    const float (*sWML)[2][ROWS], int b, int hk, int chunk, int split,
                                                    int r0) {
-    __shared__ float sF[ROWS][DEC_WARPS + 1]; // per row: the warps' weights, then L_i
+    __shared__ float sF[ROWS][DEC_WARPS + 1]; // per row: the warps' weights, then the lse
     const int n_rows = min(ROWS, p.rows - r0);
     if (threadIdx.x < n_rows) {
         const int r = threadIdx.x;
@@ -788,7 +789,7 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
     // --- Q_i: the CTA's 16 rows rotated at c_b (+ i), as T, zero past the rows and the head dim; a
     // thread takes 8 dims of a row, their loads unrolled so that they are in flight together. Without
     // rotary they are issued before the ring's first copies: behind them, they landed 1.7 us later
-    // and every warp waited for them (H200, dec_trace: the first K_j, V_j landed at 4.1 us, now 2.5)
+    // and every warp waited for them (H200, dec_trace: the first K_j, V_j landed at 4.1 us, now 2.4)
     constexpr int QN = (ROWS * CPR + DEC_THREADS - 1) / DEC_THREADS;
     uint16_t xq[QN][8];
     auto load_q = [&]() {
