@@ -137,6 +137,37 @@ static void run(int B, int Sk) {
     printf("  loop end after the first   %7.2f  %7.2f   (min %.2f)\n", quant(loop_end, n, 0.5) / 1e3,
            quant(loop_end, n, 1.0) / 1e3, quant(loop_end, n, 0.0) / 1e3);
     printf("  warps' loop ends, spread   %7.2f  %7.2f\n", quant(warps, n, 0.5) / 1e3, quant(warps, n, 1.0) / 1e3);
+    // what balancing the warps of each CTA could give at best: the last CTA's loop end if every CTA
+    // ended at the mean of its warps' ends, against the last warp's; and the four latest CTAs' warps
+    double bal = 0.0;
+    int late[4] = {-1, -1, -1, -1};
+    const int g_x = n / (Hkv * B); // the grid's x: row chunks x splits
+    for (int c = 0; c < n; c++) {
+        double m = 0.0;
+        unsigned long long l1 = 0;
+        for (int w = 0; w < DEC_WARPS; w++) {
+            m += (double)(h_dt[c][5 + w] - t0) / DEC_WARPS;
+            if (h_dt[c][5 + w] > l1) l1 = h_dt[c][5 + w];
+        }
+        bal = m > bal ? m : bal;
+        for (int k = 0; k < 4; k++) { // insertion into the four latest by last warp's end
+            unsigned long long lk = 0;
+            if (late[k] >= 0)
+                for (int w = 0; w < DEC_WARPS; w++) lk = h_dt[late[k]][5 + w] > lk ? h_dt[late[k]][5 + w] : lk;
+            if (late[k] < 0 || l1 > lk) {
+                for (int j = 3; j > k; j--) late[j] = late[j - 1];
+                late[k] = c;
+                break;
+            }
+        }
+    }
+    printf("  last loop end if each CTA ended at its warps' mean: %.2f us\n", bal / 1e3);
+    for (int k = 0; k < 4 && late[k] >= 0; k++) {
+        printf("    late CTA %4d (x %d, kv head %d, b %d): warps end at", late[k], late[k] % g_x,
+               late[k] / g_x % Hkv, late[k] / g_x / Hkv);
+        for (int w = 0; w < DEC_WARPS; w++) printf(" %.2f", (h_dt[late[k]][5 + w] - t0) / 1e3);
+        printf("\n");
+    }
     printf("  finish (and merge)         %7.2f  %7.2f\n", quant(fin, n, 0.5) / 1e3, quant(fin, n, 1.0) / 1e3);
     printf("    warps' O_i in shared     %7.2f  %7.2f\n", quant(f_sm, n, 0.5) / 1e3, quant(f_sm, n, 1.0) / 1e3);
     printf("    rows stored / parked     %7.2f  %7.2f\n", quant(f_rows, n, 0.5) / 1e3, quant(f_rows, n, 1.0) / 1e3);
