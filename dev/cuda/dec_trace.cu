@@ -105,14 +105,21 @@ static void run(int B, int Sk) {
         t0 = h_dt[c][0] < t0 ? h_dt[c][0] : t0;
         t_end = h_dt[c][9] > t_end ? h_dt[c][9] : t_end;
     }
+    // what balancing the warps of each CTA could give at best: the last CTA's loop end if every CTA
+    // ended at the mean of its warps' ends (bal), against the last warp's; the four latest CTAs
+    double bal = 0.0;
+    int late[4] = {-1, -1, -1, -1};
     for (int c = 0; c < n; c++) {
         const unsigned long long *e = h_dt[c];
         unsigned long long f = ~0ull, l0 = ~0ull, l1 = 0;
+        double mean = 0.0;
         for (int w = 0; w < DEC_WARPS; w++) {
             if (e[1 + w] && e[1 + w] < f) f = e[1 + w];
             if (e[5 + w] < l0) l0 = e[5 + w];
             if (e[5 + w] > l1) l1 = e[5 + w];
+            mean += (double)(e[5 + w] - t0) / DEC_WARPS;
         }
+        bal = mean > bal ? mean : bal;
         entry[c] = e[0] - t0;
         first[c] = f == ~0ull ? 0 : f - e[0];
         loop[c] = f == ~0ull ? 0 : l1 - f;
@@ -123,6 +130,12 @@ static void run(int B, int Sk) {
         f_sm[c] = e[11] - l1;
         f_rows[c] = e[12] - e[11];
         f_cnt[c] = e[9] - e[12];
+        for (int k = 0; k < 4; k++) // loop_end is not sorted yet (quant sorts it below)
+            if (late[k] < 0 || loop_end[c] > loop_end[late[k]]) {
+                for (int j = 3; j > k; j--) late[j] = late[j - 1];
+                late[k] = c;
+                break;
+            }
     }
     const double kv_bytes = 2.0 * nkv * 2, span = (double)(t_end - t0);
     printf("B=%d Sk=%d: %d CTAs, event %.1f us, kernel span %.1f us (%.0f GB/s over the span, %.0f over the event)\n",
@@ -137,30 +150,7 @@ static void run(int B, int Sk) {
     printf("  loop end after the first   %7.2f  %7.2f   (min %.2f)\n", quant(loop_end, n, 0.5) / 1e3,
            quant(loop_end, n, 1.0) / 1e3, quant(loop_end, n, 0.0) / 1e3);
     printf("  warps' loop ends, spread   %7.2f  %7.2f\n", quant(warps, n, 0.5) / 1e3, quant(warps, n, 1.0) / 1e3);
-    // what balancing the warps of each CTA could give at best: the last CTA's loop end if every CTA
-    // ended at the mean of its warps' ends, against the last warp's; and the four latest CTAs' warps
-    double bal = 0.0;
-    int late[4] = {-1, -1, -1, -1};
     const int g_x = n / (Hkv * B); // the grid's x: row chunks x splits
-    for (int c = 0; c < n; c++) {
-        double m = 0.0;
-        unsigned long long l1 = 0;
-        for (int w = 0; w < DEC_WARPS; w++) {
-            m += (double)(h_dt[c][5 + w] - t0) / DEC_WARPS;
-            if (h_dt[c][5 + w] > l1) l1 = h_dt[c][5 + w];
-        }
-        bal = m > bal ? m : bal;
-        for (int k = 0; k < 4; k++) { // insertion into the four latest by last warp's end
-            unsigned long long lk = 0;
-            if (late[k] >= 0)
-                for (int w = 0; w < DEC_WARPS; w++) lk = h_dt[late[k]][5 + w] > lk ? h_dt[late[k]][5 + w] : lk;
-            if (late[k] < 0 || l1 > lk) {
-                for (int j = 3; j > k; j--) late[j] = late[j - 1];
-                late[k] = c;
-                break;
-            }
-        }
-    }
     printf("  last loop end if each CTA ended at its warps' mean: %.2f us\n", bal / 1e3);
     for (int k = 0; k < 4 && late[k] >= 0; k++) {
         printf("    late CTA %4d (x %d, kv head %d, b %d): warps end at", late[k], late[k] % g_x,
