@@ -1155,6 +1155,63 @@ static void run_clamp_dev(flashc_ctx *ctx, uint64_t seed) {
     free(kc), free(vc), free(q), free(kn), free(vn), free(cs), free(sn);
 }
 
+// Rows that see no key get O = 0 and lse = +inf, even when keys that other rows of the same CTA see
+// hold an Inf in V (a masked key's P = 0 times V = Inf is NaN inside the tensor cores' P V): causal
+// with seqlen_q > the cache length, so the first seqlen_q - n queries see nothing. The rows that see
+// the Inf are not checked (their output is not finite by right).
+static void run_nokey_inf_v(flashc_ctx *ctx, const char *bname, flashc_dtype dt, int D, int Sq, int n, int H,
+                            int splits) {
+    char label[256];
+    snprintf(label, sizeof label, "kvcache %s rows with no key beside an Inf in V: %s D=%d Sq=%d n=%d H=%d/1 splits=%d",
+             bname, tc_dtype_name(dt), D, Sq, n, H, splits);
+    if (g_filter && !strstr(label, g_filter)) return;
+    tc_rng r = tc_rng_make(g_seed, 29 + D + Sq);
+    const int cap = n + 64;
+    const size_t es = flashc__dtype_size(dt);
+    const int64_t kv_el = (int64_t)cap * D, q_el = (int64_t)Sq * H * D;
+    void *kc = tc_alloc((size_t)kv_el * es), *vc = tc_alloc((size_t)kv_el * es), *q = tc_alloc((size_t)q_el * es);
+    void *o = tc_alloc((size_t)q_el * es);
+    float *lse = malloc(sizeof(float) * (size_t)H * Sq);
+    for (int64_t e = 0; e < kv_el; e++) flashc__store(kc, e, dt, (float)tc_normal(&r)), flashc__store(vc, e, dt, (float)tc_normal(&r));
+    for (int64_t e = 0; e < q_el; e++) flashc__store(q, e, dt, (float)tc_normal(&r));
+    for (int d = 0; d < D; d++) flashc__store(vc, d, dt, INFINITY); // key 0: every query that sees a key sees it
+    const int32_t cl = n;
+    flashc_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = 1, d.seqlen_q = Sq, d.seqlen_k = cap, d.heads = H, d.heads_kv = 1, d.head_dim = D, d.dtype = dt;
+    d.causal = 1;
+    flashc_fill_contiguous_strides(&d);
+    flashc_kvcache_desc kv;
+    memset(&kv, 0, sizeof kv);
+    kv.num_splits = splits;
+    int32_t *dcl = tc_dev_put(ctx, &cl, sizeof cl);
+    void *dkc = tc_dev_put(ctx, kc, (size_t)kv_el * es), *dvc = tc_dev_put(ctx, vc, (size_t)kv_el * es);
+    void *dq = tc_dev_put(ctx, q, (size_t)q_el * es);
+    for (int64_t e = 0; e < q_el; e++) tc_store_nan(o, e, dt);
+    for (int e = 0; e < H * Sq; e++) lse[e] = NAN;
+    void *dout = tc_dev_put(ctx, o, (size_t)q_el * es);
+    float *dlse = tc_dev_put(ctx, lse, sizeof(float) * (size_t)H * Sq);
+    kv.cache_seqlens = dcl;
+    const flashc_status st = flashc_fwd_kvcache(ctx, &d, &kv, dq, dkc, dvc, NULL, NULL, dout, dlse, NULL, 0, NULL);
+    tc_dev_get(ctx, o, dout, (size_t)q_el * es);
+    tc_dev_get(ctx, lse, dlse, sizeof(float) * (size_t)H * Sq);
+    if (st != FLASHC_OK) {
+        tc_fail("%s: flashc_fwd_kvcache = %s: %s", label, flashc_status_string(st), flashc_ctx_last_error(ctx));
+    } else {
+        int bad = 0;
+        for (int i = 0; i < Sq - n; i++) // query i sees keys [0, i + n - Sq]: none
+            for (int h = 0; h < H; h++) {
+                bad += !(isinf(lse[h * Sq + i]) && lse[h * Sq + i] > 0);
+                for (int e = 0; e < D; e++) bad += flashc__load(o, ((int64_t)i * H + h) * D + e, dt) != 0.0;
+            }
+        if (bad) tc_fail("%s: %d values of the rows with no key are not 0 (o) / +inf (lse)", label, bad);
+        else tc_pass("%s", label);
+    }
+    tc_dev_free(ctx, &cl, dcl), tc_dev_free(ctx, kc, dkc), tc_dev_free(ctx, vc, dvc), tc_dev_free(ctx, q, dq);
+    tc_dev_free(ctx, o, dout), tc_dev_free(ctx, lse, dlse);
+    free(kc), free(vc), free(q), free(o), free(lse);
+}
+
 // ------------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
@@ -1207,6 +1264,13 @@ int main(int argc, char **argv) {
                 run_merge_random(ctx, names[bi], dts[pd], dts[pd], 1, strided, g_seed + 300 + pd * 2 + strided);
         run_merge_attention(ctx, names[bi], g_seed + 400);
         if (tc_on_dev(ctx)) run_clamp_dev(ctx, g_seed + 500);
+        for (int dti = 0; dti < 2; dti++)
+            for (int di = 0; di < 3; di++) {
+                const flashc_dtype dt = dti ? FLASHC_DTYPE_F16 : FLASHC_DTYPE_BF16;
+                const int D = 64 << di;
+                run_nokey_inf_v(ctx, names[bi], dt, D, 4, 2, 4, 1);       // one CTA: rows 0-7 of 16 see nothing
+                run_nokey_inf_v(ctx, names[bi], dt, D, 160, 130, 2, 3);   // split-KV: the merge of empty partials
+            }
         if (tc_on_dev(ctx)) {
             tc_skip("bad input on cuda: the front end's checks, run on the host backends");
         } else if (!g_filter) {

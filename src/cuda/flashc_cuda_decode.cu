@@ -465,10 +465,11 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
             f[w] = ex2(sWML[w][0][r] - Mu);
             L += sWML[w][1][r] * f[w];
         }
-        const float inv = L > 0.f ? 1.f / L : 0.f; // a row with no key: O_i = 0
+        // a row with no key has L = 0: O_i = 0, lse +inf; a NaN score makes L NaN: O_i and lse NaN
+        const float inv = L > 0.f ? 1.f / L : L == 0.f ? 0.f : NAN;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) sF[r][w] = f[w] * inv;
-        sF[r][DEC_WARPS] = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : INFINITY; // a row with no key: +inf
+        sF[r][DEC_WARPS] = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : L == 0.f ? INFINITY : NAN;
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < n_rows * DP / 4; idx += DEC_THREADS) {
@@ -482,6 +483,9 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
             o.x = fmaf(f, x.x, o.x), o.y = fmaf(f, x.y, o.y), o.z = fmaf(f, x.z, o.z), o.w = fmaf(f, x.w, o.w);
         }
         const float lse = sF[r][DEC_WARPS];
+        // no key: 0, not the weight 0 times the warps' O_i, which hold 0 * inf = NaN when the CTA read
+        // a non-finite V at keys this row does not see
+        if (lse == INFINITY) o = make_float4(0.f, 0.f, 0.f, 0.f);
         const int i = rg / p.group, h = hk * p.group + rg % p.group;
         if (p.n_splits == 1) {
             uint16_t *out = (uint16_t *)p.o + b * p.o_bs + (int64_t)i * p.o_rs + (int64_t)h * p.o_hs + d0;
