@@ -163,6 +163,14 @@ static __device__ __forceinline__ void dt_store(void *base, int64_t i, int dt, f
     else ((uint16_t *)base)[i] = dt == FLASHC_DTYPE_BF16 ? from_f32<__nv_bfloat16>(x) : from_f32<__half>(x);
 }
 
+// The split counter's count: an atomic add with release (this CTA's partials, ordered before it by
+// a barrier, are visible before the count) and acquire (the last split sees every other's partials).
+static __device__ __forceinline__ int atom_add_acq_rel_gpu(int *ptr, int v) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
+    return old;
+}
+
 // c_b, the tokens of sequence b in the cache before the append. The device arrays are not validated
 // on the host (that would be a synchronous copy per call): a bad entry is clamped so that every row
 // touched, c_b + seqlen_new - 1 included, lies inside the capacity (include/flashc.h).
@@ -388,8 +396,8 @@ static __device__ __forceinline__ void key_offsets(const flashc_decode_params &p
 // matter (Sterbenz), so a weight carries a few ulp of error instead of the ulp of |lse| ~ 1e2 that
 // exp(lse_s - lse) would. A split that saw no key has lse +inf and weight 0; a NaN lse makes the row
 // NaN. The splits are summed in split order, whichever CTA merges: the result is bit-identical run
-// to run. The partials are read through L2 (ld.global.cg): other CTAs wrote them, before their
-// __threadfence.
+// to run. The partials are read through L2 (ld.global.cg): other CTAs wrote them, before the
+// release of their count (finish_rows).
 template <typename T, int DP, int ROWS, int U>
 static __device__ __forceinline__ void merge_splits(const flashc_decode_params &p, int b, int hk, int r0) {
     const int64_t l_step = (int64_t)p.B * p.H * p.Sq, o_step = l_step * p.D / 4;
@@ -501,17 +509,22 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
     if (threadIdx.x == 0) FLASHC_DEC_TRACE(12);
     // --- split-KV: count this split in; the last of the (b, kv head, row chunk) merges them all
     if (p.n_splits > 1) {
+        // A release / acquire pair on the counter (one MEMBAR.ALL.GPU, by thread 0) instead of a
+        // __threadfence (MEMBAR.SC.GPU) by every thread before the count and again after it: the
+        // merging split's count and merge 3.04 -> 2.75 us at batch 1 kv 64k (H200, dec_trace,
+        // bench/results/h200-2026-12-02-s16.txt; in GB/s within the A/B's noise). Every thread's
+        // partials are stored before the barrier, and thread 0's release is cumulative over what
+        // the barrier ordered before it; the last split's acquire, then the barrier, order its
+        // partial loads after every other split's release.
         __shared__ int s_last;
-        __threadfence(); // my partials reach L2 before my count does
         __syncthreads();
         if (threadIdx.x == 0) {
             int *cnt = p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk;
-            s_last = atomicAdd(cnt, 1) == p.n_splits - 1;
+            s_last = atom_add_acq_rel_gpu(cnt, 1) == p.n_splits - 1;
             if (s_last) *cnt = 0; // every split has counted: zero for the next call (flashc__cuda_kvcache)
         }
         __syncthreads();
         if (!s_last) return;
-        __threadfence(); // the other splits' partials are read after their counts
         merge_splits<T, DP, ROWS, U>(p, b, hk, r0);
     }
 }
