@@ -74,7 +74,8 @@ static void run(int B, int Sk) {
     int sms, optin;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    a.ws_size = flashc__cuda_kvcache_ws(&p, &a, sms, optin);
+    flashc_dec_occ oc = {NULL, 0}; // as a ctx keeps it
+    a.ws_size = flashc__cuda_kvcache_ws(&p, &a, sms, optin, &oc);
     if (a.ws_size) CK(cudaMalloc(&a.ws, a.ws_size));
     int *counters;
     CK(cudaMalloc(&counters, flashc__cuda_kvcache_counters(&p) * sizeof(int)));
@@ -89,7 +90,7 @@ static void run(int B, int Sk) {
     for (int r = 0; r < 8; r++) { // the last call's stamps are kept
         CK(cudaMemset(tp, 0, sizeof h_dt));
         CK(cudaEventRecord(e0));
-        CK(flashc__cuda_kvcache(&p, &a, sms, optin, counters));
+        CK(flashc__cuda_kvcache(&p, &a, sms, optin, &oc, counters));
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms, e0, e1));

@@ -29,6 +29,7 @@ typedef struct flashc_cuda_priv {
     int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs
     int *dec_counters;      // the decode's split counters with the ctx's own workspace: zero between calls
     size_t dec_counters_n;
+    flashc_dec_occ dec_occ; // the decode plan's last kernel and its occupancy
 } flashc_cuda_priv;
 
 static flashc_status cuda_fail(flashc_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
@@ -449,8 +450,8 @@ static flashc_status cuda_copy(flashc_ctx *ctx, void *dst, const void *src, size
 // KV cache (decode) and merge: kernels and plan in flashc_cuda_decode.cu
 
 static size_t cuda_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
-    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
-    return flashc__cuda_kvcache_ws(p, a, pv->sm_count, pv->smem_optin);
+    flashc_cuda_priv *pv = (flashc_cuda_priv *)ctx->priv;
+    return flashc__cuda_kvcache_ws(p, a, pv->sm_count, pv->smem_optin, &pv->dec_occ);
 }
 
 // With the ctx's own workspace the split counters live in a buffer of the ctx, zeroed when it grows
@@ -474,7 +475,7 @@ static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, 
         }
         counters = pv->dec_counters;
     }
-    FLASHC_CUDA_TRY(ctx, flashc__cuda_kvcache(p, a, pv->sm_count, pv->smem_optin, counters));
+    FLASHC_CUDA_TRY(ctx, flashc__cuda_kvcache(p, a, pv->sm_count, pv->smem_optin, &pv->dec_occ, counters));
     return finish(ctx, (cudaStream_t)a->stream);
 }
 

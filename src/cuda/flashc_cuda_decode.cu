@@ -1135,19 +1135,29 @@ static dec_kernel decode_kernel(const flashc_problem *p, int fast, int smem_opti
 // runs; an unaligned one runs the CUDA-core kernel on the same plan. The tensor-core kernel (one CTA
 // per SM) gets 16 splits at batch 1 (s16 was within noise of the best forced count there, 2026-12-01,
 // -s6-decode-ab.txt) and 1 at batch 16.
-static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin) {
-    if (a->num_splits > 0) return a->num_splits;
-    const dec_kernel k = decode_kernel(p, 1, smem_optin);
-    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
-    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + k.rows - 1) / k.rows);
+// CTAs of kernel k per SM, with its shared-memory attribute set; from oc when oc holds k (a decode
+// loop calls with one shape), else queried and kept in oc.
+static int kernel_occ(const dec_kernel &k, flashc_dec_occ *oc) {
+    if (oc && oc->fn == (const void *)k.fn) return oc->occ;
     int occ = 0;
     if (cudaFuncSetAttribute((const void *)k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
         occ < 1) {
         cudaGetLastError();
-        occ = 1;
+        return 1; // not kept: the launch sets the attribute again and reports the error
     }
+    if (oc) oc->fn = (const void *)k.fn, oc->occ = occ;
+    return occ;
+}
+
+static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin,
+                       flashc_dec_occ *oc) {
+    if (a->num_splits > 0) return a->num_splits;
+    const dec_kernel k = decode_kernel(p, 1, smem_optin);
+    const int rows = p->group * (p->Sq > 0 ? p->Sq : 1);
+    const int64_t items = (int64_t)p->B * p->H_kv * ((rows + k.rows - 1) / k.rows);
+    const int occ = kernel_occ(k, oc);
     const int64_t slots = (int64_t)sm_count * occ;
     int max_s = (int)((p->Sk + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
     const int64_t two_waves = 2 * ((slots + items - 1) / items);
@@ -1189,8 +1199,9 @@ static size_t ws_bytes(const flashc_problem *p, int n_splits) {
     return ws_o_bytes(p, n_splits) + ws_lse_bytes(p, n_splits) + n_counters(p) * sizeof(int);
 }
 
-size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin) {
-    return p->Sq > 0 ? ws_bytes(p, plan_splits(p, a, sm_count, smem_optin)) : 0;
+size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin,
+                               flashc_dec_occ *oc) {
+    return p->Sq > 0 ? ws_bytes(p, plan_splits(p, a, sm_count, smem_optin, oc)) : 0;
 }
 
 size_t flashc__cuda_kvcache_counters(const flashc_problem *p) { return n_counters(p); }
@@ -1203,7 +1214,7 @@ static void fast_div_init(uint32_t d, uint32_t *magic, uint32_t *shift) {
 }
 
 cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin,
-                                 int *zeroed_counters) {
+                                 flashc_dec_occ *oc, int *zeroed_counters) {
     cudaStream_t stream = (cudaStream_t)a->stream;
     flashc_decode_params P;
     memset(&P, 0, sizeof P);
@@ -1244,7 +1255,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
     const dec_kernel k = decode_kernel(p, fast, smem_optin);
     P.rows = p->group * p->Sq;
     P.row_chunks = (P.rows + k.rows - 1) / k.rows;
-    P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count, smem_optin) : 1;
+    P.n_splits = p->Sq > 0 ? plan_splits(p, a, sm_count, smem_optin, oc) : 1;
     if (P.n_splits > 1) {
         P.part_o = (float *)a->ws;
         P.part_lse = (float *)((char *)a->ws + ws_o_bytes(p, P.n_splits));
@@ -1269,7 +1280,7 @@ cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_a
 
     // 2. the attention, split-KV; the last split of each (b, kv head, row chunk) merges
     dim3 grid((unsigned)(P.row_chunks * P.n_splits), (unsigned)p->H_kv, (unsigned)p->B);
-    if (k.smem > 0) {
+    if (k.smem > 0 && !(oc && oc->fn == (const void *)k.fn)) { // else set when oc took it
         cudaError_t e = cudaFuncSetAttribute((const void *)k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem);
         if (e != cudaSuccess) return e;
     }

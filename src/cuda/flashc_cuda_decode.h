@@ -8,10 +8,18 @@
 
 #include "flashc_internal.h"
 
+// The last decode kernel planned for (its shared-memory attribute set) and its CTAs per SM: a ctx
+// keeps one, so that a decode step's plan is not an occupancy query and two attribute calls on the
+// host each time. fn NULL: nothing cached.
+typedef struct flashc_dec_occ {
+    const void *fn;
+    int occ;
+} flashc_dec_occ;
+
 // Workspace bytes of flashc_fwd_kvcache: the fp32 split partials (0 when one split suffices).
-// sm_count and smem_optin (max dynamic shared memory per block) describe the device.
+// sm_count and smem_optin (max dynamic shared memory per block) describe the device; oc may be NULL.
 FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
-                                               int smem_optin);
+                                               int smem_optin, flashc_dec_occ *oc);
 
 // Append k_new / v_new (rotated) at c_b, then attention of q (rotated) over the first c_b +
 // seqlen_new keys, split-KV into a->ws and merged when the split count is > 1. The splits count
@@ -19,7 +27,7 @@ FLASHC_INTERNAL size_t flashc__cuda_kvcache_ws(const flashc_problem *p, const fl
 // buffer of flashc__cuda_kvcache_counters(p) ints, zero now (the ctx keeps one: no memset per
 // call); NULL takes them from a->ws and zeroes them first.
 FLASHC_INTERNAL cudaError_t flashc__cuda_kvcache(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count,
-                                                 int smem_optin, int *zeroed_counters);
+                                                 int smem_optin, flashc_dec_occ *oc, int *zeroed_counters);
 FLASHC_INTERNAL size_t flashc__cuda_kvcache_counters(const flashc_problem *p);
 
 // flashc_merge on device tensors.
