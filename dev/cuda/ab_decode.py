@@ -4,7 +4,7 @@ head_dim 128, contiguous cache), timed interleaved on the same inputs beside SDP
 read-only ceiling (torch's sum over a 2 GiB bf16 tensor: every byte read once, nothing written).
 Prints GB/s of K + V read per build and the largest |o - o_first build|.
 
-Usage: python3 dev/cuda/ab_decode.py LIB [LIB ...] [--shapes 1x16384x1,16x16384x1] [--splits 0,16]
+Usage: python3 dev/cuda/ab_decode.py LIB [LIB ...] [--shapes 1x16384x1,16x16384x1] [--splits 0,16] [--host]
 """
 import argparse
 import os
@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--b2b", type=int, default=0, help="time N calls back to back instead of one after an idle gap")
     ap.add_argument("--voff", type=int, default=0, help="V starts this many elements into its allocation")
+    ap.add_argument("--host", action="store_true",
+                    help="also print each impl's host time per call (100 calls queued with no sync, Python included)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     fcs = []
@@ -97,6 +99,17 @@ def main():
         for _ in range(args.rounds):  # interleaved: all see the same clocks
             for n, f in impls:
                 t[n].append(bg.time_ms(f, 20) if not args.b2b else b2b_ms(f, args.b2b))
+        host = {}
+        if args.host:
+            import time
+            for n, f in impls:
+                torch.cuda.synchronize()
+                torch.cuda._sleep(bg.SLEEP_CYCLES * 20)  # the queue stays ahead: launches do not block
+                h0 = time.perf_counter()
+                for _ in range(100):
+                    f()
+                host[n] = (time.perf_counter() - h0) * 1e4  # us per call
+                torch.cuda.synchronize()
         # outputs on one copy of the cache, against the first build
         for _, f in impls[:n_libs]:
             it[0] = n_rot - 1  # each call steps to the next copy: all read copy 0
@@ -105,6 +118,8 @@ def main():
         diff = max((o.float() - outs[0].float()).abs().max().item() for o in outs)
         row = "  ".join(f"{n} {kv_bytes / (statistics.median(v) * 1e-3) / 1e9:.0f}" for n, v in t.items())
         print(f"voff={args.voff} B={B:3d} Sk={Sk:6d} Sq={Sq}  GB/s: {row}  max|o - o_lib0| {diff:.3g}", flush=True)
+        if host:
+            print("    host us per call: " + "  ".join(f"{n} {v:.1f}" for n, v in host.items()), flush=True)
         del ks, vs
         torch.cuda.empty_cache()
 
