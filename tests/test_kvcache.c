@@ -515,6 +515,18 @@ static void kv_sweep(flashc_ctx *ctx, const char *bname) {
             c.causal = sq > 1, c.page = pg ? 16 : 0;
             run_kv(ctx, bname, &c, seed++);
         }
+    // long caches, where the CUDA tensor-core kernel's warps meet at barriers (every 16 steps of 64
+    // keys: > 1024 keys per CTA), with CTA key ranges that are not multiples of 64
+    for (int li = 0; li < 5; li++) {
+        c = kv_base();
+        c.tag = "long";
+        c.B = 2, c.H = 32, c.Hkv = 8, c.D = 128, c.cap = 2100, c.full = 1;
+        if (li == 1) c.splits = 2;
+        if (li == 2) c.D = 64, c.Sq = 4, c.causal = 1, c.use_window = 1, c.wl = 1500, c.wr = 0, c.cap = 2111;
+        if (li == 3) c.dt = FLASHC_DTYPE_F16, c.alibi = 1, c.softcap = 3.0f, c.cap = 1999, c.splits = 1;
+        if (li == 4) c.full = 0, c.B = 3, c.D = 64, c.cap = 3000, c.snew = 3, c.rot = 1, c.causal = 1;
+        run_kv(ctx, bname, &c, seed++);
+    }
     // score options: softcap, ALiBi per head and per (batch, head), windows, custom scale
     for (int pg = 0; pg <= 1; pg++)
         for (int opt = 0; opt < 6; opt++) {
@@ -1269,6 +1281,7 @@ int main(int argc, char **argv) {
                 const flashc_dtype dt = dti ? FLASHC_DTYPE_F16 : FLASHC_DTYPE_BF16;
                 const int D = 64 << di;
                 run_nokey_inf_v(ctx, names[bi], dt, D, 4, 2, 4, 1);       // one CTA: rows 0-7 of 16 see nothing
+                run_nokey_inf_v(ctx, names[bi], dt, D, 4, 2, 1, 1);       // queries 0-3 in one CTA at every D
                 run_nokey_inf_v(ctx, names[bi], dt, D, 160, 130, 2, 3);   // split-KV: the merge of empty partials
             }
         if (tc_on_dev(ctx)) {
