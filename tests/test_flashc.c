@@ -1522,6 +1522,51 @@ static void lse_null_check(tbackend *be) {
     ref_free(&R);
 }
 
+// Rows that see no key (causal, seqlen_q > seqlen_k) get O = 0 and lse = +inf even when a key that
+// other rows see holds an Inf in V (a masked key's P = 0 times V = Inf is NaN inside P V). Not
+// fixed in the CUDA forward kernels yet (NOTES.md, sixteenth session): skipped there.
+static void nokey_inf_v_check(tbackend *be) {
+    for (int di = 0; di < 2; di++) {
+        const flashc_dtype dt = di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32;
+        enum { B = 1, SQ = 4, SK = 2, H = 2, HKV = 1, D = 64 };
+        char line[256];
+        snprintf(line, sizeof line, "rows with no key beside an Inf in V %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
+                 tc_dtype_name(dt), SQ, SK, H, HKV, D);
+        if (!wanted(line)) continue;
+        if (tc_on_dev(be->ctx)) {
+            tc_skip("%s: the CUDA forward still gives NaN there (NOTES.md, sixteenth session)", line);
+            continue;
+        }
+        tc_running(line);
+        const size_t es = flashc__dtype_size(dt);
+        const int64_t nq = (int64_t)B * SQ * H * D, nk = (int64_t)B * SK * HKV * D;
+        void *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
+        void *o = tc_alloc((size_t)nq * es);
+        float lse[B * H * SQ];
+        tc_rng r = tc_rng_make(g_seed, 0x1f);
+        for (int64_t e = 0; e < nq; e++) flashc__store(q, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt);
+        for (int64_t e = 0; e < nk; e++) flashc__store(k, e, dt, (float)tc_normal(&r)), flashc__store(v, e, dt, (float)tc_normal(&r));
+        for (int d = 0; d < D; d++) flashc__store(v, d, dt, INFINITY); // key 0: every query that sees a key sees it
+        for (int e = 0; e < B * H * SQ; e++) lse[e] = NAN;
+        flashc_attn_desc desc;
+        memset(&desc, 0, sizeof desc);
+        desc.batch = B, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
+        desc.dtype = dt, desc.causal = 1;
+        flashc_fill_contiguous_strides(&desc);
+        const flashc_status st = flashc_fwd(be->ctx, &desc, q, k, v, o, lse, NULL, 0, NULL);
+        int bad = 0;
+        for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
+            for (int h = 0; h < H; h++) {
+                bad += !(isinf(lse[h * SQ + i]) && lse[h * SQ + i] > 0);
+                for (int d = 0; d < D; d++) bad += flashc__load(o, ((int64_t)i * H + h) * D + d, dt) != 0.0;
+            }
+        if (st != FLASHC_OK) tc_fail("%s: flashc_fwd = %s: %s", line, flashc_status_string(st), flashc_ctx_last_error(be->ctx));
+        else if (bad) tc_fail("%s: %d values of the rows with no key are not 0 (o) / +inf (lse)", line, bad);
+        else tc_pass("%s", line);
+        free(q), free(k), free(v), free(o);
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // main
 
@@ -1600,6 +1645,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < g_nbe; b++) {
         determinism_checks(&g_be[b]);
         lse_null_check(&g_be[b]);
+        nokey_inf_v_check(&g_be[b]);
     }
     if (!g_backend || !strcmp(g_backend, "cpu")) thread_checks();
     for (int b = 0; b < g_nbe; b++) flashc_ctx_free(g_be[b].ctx);
