@@ -12,6 +12,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +102,6 @@ def main():
                 t[n].append(bg.time_ms(f, 20) if not args.b2b else b2b_ms(f, args.b2b))
         host = {}
         if args.host:
-            import time
             for n, f in impls:
                 torch.cuda.synchronize()
                 torch.cuda._sleep(bg.SLEEP_CYCLES * 20)  # the queue stays ahead: launches do not block

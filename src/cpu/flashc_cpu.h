@@ -79,6 +79,16 @@ FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_avx512;
 // (so the driver's size and the kernels' pointers come from the same list). With base == NULL only
 // the size in bytes is computed. Every piece starts on a 64-byte boundary.
 
+// Alg. 1 lines 12-13 for a row whose running max is m (log2 units) and sum l: returns L = (m +
+// log2 l) ln 2 and sets *inv_l = 1 / l. A row that saw no key (l = 0): +inf and 0, and its caller
+// stores O = 0, not 0 * O_i (O_i holds 0 * inf = NaN where the block read an Inf in V at a key
+// other rows see); a NaN score makes l NaN: NaN and NaN.
+#define LN2 0.6931471805599453f
+static inline float flashc__cpu_row_end(float m, float l, float *inv_l) {
+    *inv_l = l > 0.0f ? 1.0f / l : l == 0.0f ? 0.0f : NAN;
+    return l > 0.0f ? (m + log2f(l)) * LN2 : l == 0.0f ? INFINITY : NAN;
+}
+
 static inline size_t flashc__cpu_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // Row stride (floats) of the fp32 copies of streamed rows (K_j, V_j forward; Q_i, dO_i backward):

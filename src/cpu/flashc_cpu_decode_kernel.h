@@ -23,7 +23,6 @@
 #define BC FLASHC_CPU_DEC_BC
 #define MR FLASHC_CPU_DEC_MR
 #define LOG2E 1.4426950408889634f
-#define LN2 0.69314718055994531f
 
 #if defined(__GNUC__)
 #define DEC_INLINE static inline __attribute__((always_inline))
@@ -490,30 +489,26 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
     else if (dt == FLASHC_DTYPE_F16) run_blocks(&X, FLASHC_DTYPE_F16, 0);
     else run_blocks(&X, FLASHC_DTYPE_BF16, 0);
 
-    // Alg. 1 lines 12-13: O_i / l_i and L_i = m_i + log l_i (natural log); no key: O = 0, L = +inf
-    // (stored as 0, not as 0 * O_i: O_i holds 0 * inf = NaN where the block read an Inf in V at a
-    // key other rows see); a NaN score makes l NaN, and O and L NaN.
+    // Alg. 1 lines 12-13: O_i / l_i and L_i = m_i + log l_i (natural log); no key: O = 0, L = +inf.
     // One split writes o and lse; several write their fp32 partials for the merge.
     for (int64_t m = 0; m < M; m++) {
         const int64_t kh = kh0 + m / X.RG, i = i0 + m % X.RG / X.G;
         const int h = (int)(kh * X.G + m % X.G);
-        const float l = t->l[m];
-        const int none = l == 0.0f;
-        const float inv_l = l > 0.0f ? 1.0f / l : none ? 0.0f : NAN;
-        const float L = l > 0.0f ? (t->m[m] + log2f(l)) * LN2 : none ? INFINITY : NAN;
+        float inv_l;
+        const float L = flashc__cpu_row_end(t->m[m], t->l[m], &inv_l);
+        if (t->l[m] == 0.0f) memset(t->O + m * Dp, 0, sizeof(float) * (size_t)Dp);
         const float *O = t->O + m * Dp;
         if (J->n_splits == 1) {
             const int64_t o_off = flashc__row_off(p, p->o_stride, b, X.s.q_row0, i) + h * p->o_stride[2];
             if (dt == FLASHC_DTYPE_F32)
-                for (int64_t d = 0; d < D; d++) ((float *)J->o)[o_off + d] = none ? 0.0f : O[d] * inv_l;
+                for (int64_t d = 0; d < D; d++) ((float *)J->o)[o_off + d] = O[d] * inv_l;
             else
-                for (int64_t d = 0; d < D; d++)
-                    flashc__store(J->o, o_off + d, dt, none ? 0.0f : O[pair_pos(d, X.pair)] * inv_l);
+                for (int64_t d = 0; d < D; d++) flashc__store(J->o, o_off + d, dt, O[pair_pos(d, X.pair)] * inv_l);
             if (J->lse) J->lse[flashc__lse_off(p, b, h, &X.s, i)] = L;
         } else {
             const int64_t bm = p->varlen ? 0 : b, sm = p->varlen ? X.s.q_row0 + i : i;
             float *po = J->part_o + ((((int64_t)sp * J->PB + bm) * J->PS + sm) * p->H + h) * D;
-            for (int64_t d = 0; d < D; d++) po[d] = none ? 0.0f : O[pair_pos(d, X.pair)] * inv_l;
+            for (int64_t d = 0; d < D; d++) po[d] = O[pair_pos(d, X.pair)] * inv_l;
             J->part_lse[(((int64_t)sp * J->PB + bm) * p->H + h) * J->PS + sm] = L;
         }
     }

@@ -129,16 +129,12 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     }
 
     // Alg. 1 lines 12-13: O_i = diag(l_i)^-1 O_i, L_i = m_i + log(l_i); rows with no key: 0, +inf
-    // (O_i set to 0, not multiplied by 0: it holds 0 * inf = NaN where the tile read an Inf in V at a
-    // key other rows see); a NaN score makes l NaN, and the row and L NaN
     float *inv_l = t.alpha; // (free now)
     for (int64_t r = 0; r < nq; r++) {
-        const float l = t.l[r];
-        inv_l[r] = l > 0.0f ? 1.0f / l : l == 0.0f ? 0.0f : NAN;
-        if (l == 0.0f)
+        const float L = flashc__cpu_row_end(m_old[r], t.l[r], &inv_l[r]);
+        if (t.l[r] == 0.0f)
             for (int64_t d = 0; d < D; d++) t.OT[d * BRF + r] = 0.0f;
-        if (a->lse)
-            a->lse[flashc__lse_off(p, b, h, &s, i0 + r)] = l > 0.0f ? (m_old[r] + log2f(l)) * LN2 : l == 0.0f ? INFINITY : NAN;
+        if (a->lse) a->lse[flashc__lse_off(p, b, h, &s, i0 + r)] = L;
     }
     const int64_t o_off = flashc__row_off(p, p->o_stride, b, s.q_row0, i0) + h * p->o_stride[2];
     tile_store_T((char *)a->o + es * (size_t)o_off, p->o_stride[1], dt, t.OT, BRF, inv_l, nq, D);

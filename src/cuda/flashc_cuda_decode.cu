@@ -1115,6 +1115,22 @@ static dec_kernel decode_kernel(const flashc_problem *p, int fast, int smem_opti
                                          : pick_kernel<__half>(p, fast, smem_optin);
 }
 
+// CTAs of kernel k per SM, with its shared-memory attribute set; from oc when oc holds k (a decode
+// loop calls with one shape), else queried and kept in oc.
+static int kernel_occ(const dec_kernel &k, flashc_dec_occ *oc) {
+    if (oc && oc->fn == (const void *)k.fn) return oc->occ;
+    int occ = 0;
+    if (cudaFuncSetAttribute((const void *)k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
+        occ < 1) {
+        cudaGetLastError();
+        return 1; // not kept: the launch sets the attribute again and reports the error
+    }
+    if (oc) oc->fn = (const void *)k.fn, oc->occ = occ;
+    return occ;
+}
+
 // Split count: n_splits forced by the caller, else enough CTAs for an even wave over every SM's
 // resident slots (occupancy x SMs): the smallest count within 95% of the best wave efficiency
 // waves / ceil(waves) over at most two waves, each split >= DEC_MIN_SPLIT_KEYS keys of the
@@ -1135,22 +1151,6 @@ static dec_kernel decode_kernel(const flashc_problem *p, int fast, int smem_opti
 // runs; an unaligned one runs the CUDA-core kernel on the same plan. The tensor-core kernel (one CTA
 // per SM) gets 16 splits at batch 1 (s16 was within noise of the best forced count there, 2026-12-01,
 // -s6-decode-ab.txt) and 1 at batch 16.
-// CTAs of kernel k per SM, with its shared-memory attribute set; from oc when oc holds k (a decode
-// loop calls with one shape), else queried and kept in oc.
-static int kernel_occ(const dec_kernel &k, flashc_dec_occ *oc) {
-    if (oc && oc->fn == (const void *)k.fn) return oc->occ;
-    int occ = 0;
-    if (cudaFuncSetAttribute((const void *)k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void *)k.fn, DEC_THREADS, k.smem) != cudaSuccess ||
-        occ < 1) {
-        cudaGetLastError();
-        return 1; // not kept: the launch sets the attribute again and reports the error
-    }
-    if (oc) oc->fn = (const void *)k.fn, oc->occ = occ;
-    return occ;
-}
-
 static int plan_splits(const flashc_problem *p, const flashc_kvcache_args *a, int sm_count, int smem_optin,
                        flashc_dec_occ *oc) {
     if (a->num_splits > 0) return a->num_splits;
