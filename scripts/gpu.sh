@@ -61,6 +61,8 @@ if want test; then
     run_test "test (cuda, full sweep)" test.log "$BUILD/test_flashc" --backend cuda
     # the same sweep on a persistent forward grid of 3 CTAs: many tiles per CTA, paired tiles
     run_test "test (cuda, FLASHC_CUDA_CTAS=3)" test_ctas3.log env FLASHC_CUDA_CTAS=3 "$BUILD/test_flashc" --backend cuda
+    # the mma.sync (FA2-class) kernels, which other GPUs run: forced here on sm_90
+    run_test "test (cuda, FLASHC_CUDA_SM90=0)" test_mma.log env FLASHC_CUDA_SM90=0 "$BUILD/test_flashc" --backend cuda
     run_test "test_kvcache (cuda)" kvcache.log "$BUILD/test_kvcache" --backend cuda
     run_test "test_fp8 (cuda)" fp8.log "$BUILD/test_fp8" --backend cuda
 fi

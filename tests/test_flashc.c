@@ -1522,49 +1522,72 @@ static void lse_null_check(tbackend *be) {
     ref_free(&R);
 }
 
-// Rows that see no key (causal, seqlen_q > seqlen_k) get O = 0 and lse = +inf even when a key that
-// other rows see holds an Inf in V (a masked key's P = 0 times V = Inf is NaN inside P V). Not
-// fixed in the CUDA forward kernels yet (NOTES.md, sixteenth session): skipped there.
-static void nokey_inf_v_check(tbackend *be) {
-    for (int di = 0; di < 2; di++) {
-        const flashc_dtype dt = di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32;
-        enum { B = 1, SQ = 4, SK = 2, H = 2, HKV = 1, D = 64 };
-        char line[256];
-        snprintf(line, sizeof line, "rows with no key beside an Inf in V %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
-                 tc_dtype_name(dt), SQ, SK, H, HKV, D);
-        if (!wanted(line)) continue;
-        if (tc_on_dev(be->ctx)) {
-            tc_skip("%s: the CUDA forward still gives NaN there (NOTES.md, sixteenth session)", line);
-            continue;
-        }
-        tc_running(line);
-        const size_t es = flashc__dtype_size(dt);
-        const int64_t nq = (int64_t)B * SQ * H * D, nk = (int64_t)B * SK * HKV * D;
-        void *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
-        void *o = tc_alloc((size_t)nq * es);
-        float lse[B * H * SQ];
-        tc_rng r = tc_rng_make(g_seed, 0x1f);
-        for (int64_t e = 0; e < nq; e++) flashc__store(q, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt);
-        for (int64_t e = 0; e < nk; e++) flashc__store(k, e, dt, (float)tc_normal(&r)), flashc__store(v, e, dt, (float)tc_normal(&r));
-        for (int d = 0; d < D; d++) flashc__store(v, d, dt, INFINITY); // key 0: every query that sees a key sees it
-        for (int e = 0; e < B * H * SQ; e++) lse[e] = NAN;
-        flashc_attn_desc desc;
-        memset(&desc, 0, sizeof desc);
-        desc.batch = B, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
-        desc.dtype = dt, desc.causal = 1;
-        flashc_fill_contiguous_strides(&desc);
-        const flashc_status st = flashc_fwd(be->ctx, &desc, q, k, v, o, lse, NULL, 0, NULL);
-        int bad = 0;
-        for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
-            for (int h = 0; h < H; h++) {
-                bad += !(isinf(lse[h * SQ + i]) && lse[h * SQ + i] > 0);
-                for (int d = 0; d < D; d++) bad += flashc__load(o, ((int64_t)i * H + h) * D + d, dt) != 0.0;
-            }
-        if (st != FLASHC_OK) tc_fail("%s: flashc_fwd = %s: %s", line, flashc_status_string(st), flashc_ctx_last_error(be->ctx));
-        else if (bad) tc_fail("%s: %d values of the rows with no key are not 0 (o) / +inf (lse)", line, bad);
-        else tc_pass("%s", line);
-        free(q), free(k), free(v), free(o);
+// One case of nokey_inf_v_check: causal Sq > Sk, so queries 0 .. Sq - Sk - 1 see no key, and key
+// 0's V row is Inf: every other query sees it. The rows with no key must store O = 0 and lse = +inf
+// (not 0 * Inf = NaN from P V). Batch 1, in batch or varlen mode (the CUDA backend runs them on
+// different kernels and epilogues).
+static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int SK, int varlen) {
+    enum { H = 2, HKV = 1 };
+    char line[256];
+    snprintf(line, sizeof line, "rows with no key beside an Inf in V %s %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
+             tc_dtype_name(dt), varlen ? "varlen" : "batch", SQ, SK, H, HKV, D);
+    if (!wanted(line)) return;
+    flashc_attn_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 1, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
+    desc.dtype = dt, desc.causal = 1;
+    flashc_fill_contiguous_strides(&desc);
+    const int32_t cu[2][2] = {{0, SQ}, {0, SK}};
+    int32_t *dcu_q = varlen ? tc_dev_put(be->ctx, cu[0], sizeof cu[0]) : NULL;
+    int32_t *dcu_k = varlen ? tc_dev_put(be->ctx, cu[1], sizeof cu[1]) : NULL;
+    desc.cu_seqlens_q = dcu_q, desc.cu_seqlens_k = dcu_k;
+    if (flashc_supports(be->ctx, &desc) == FLASHC_ERR_UNSUPPORTED) {
+        tc_skip("%s: unsupported: %s", line, flashc_ctx_last_error(be->ctx));
+        tc_dev_free(be->ctx, cu[0], dcu_q), tc_dev_free(be->ctx, cu[1], dcu_k);
+        return;
     }
+    tc_running(line);
+    const size_t es = flashc__dtype_size(dt);
+    const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
+    void *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
+    void *o = tc_alloc((size_t)nq * es);
+    float *lse = tc_alloc(sizeof(float) * H * SQ);
+    tc_rng r = tc_rng_make(g_seed, 0x1f + (uint64_t)D + (uint64_t)SQ);
+    for (int64_t e = 0; e < nq; e++) flashc__store(q, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt);
+    for (int64_t e = 0; e < nk; e++) flashc__store(k, e, dt, (float)tc_normal(&r)), flashc__store(v, e, dt, (float)tc_normal(&r));
+    for (int d = 0; d < D; d++) flashc__store(v, d, dt, INFINITY); // key 0: every query that sees a key sees it
+    for (int e = 0; e < H * SQ; e++) lse[e] = NAN;
+    void *dq = tc_dev_put(be->ctx, q, (size_t)nq * es), *dk = tc_dev_put(be->ctx, k, (size_t)nk * es);
+    void *dv = tc_dev_put(be->ctx, v, (size_t)nk * es), *dout = tc_dev_put(be->ctx, o, (size_t)nq * es);
+    float *dlse = tc_dev_put(be->ctx, lse, sizeof(float) * H * SQ);
+    const flashc_status st = flashc_fwd(be->ctx, &desc, dq, dk, dv, dout, dlse, NULL, 0, NULL);
+    tc_dev_get(be->ctx, o, dout, (size_t)nq * es);
+    tc_dev_get(be->ctx, lse, dlse, sizeof(float) * H * SQ);
+    int bad = 0;
+    for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
+        for (int h = 0; h < H; h++) {
+            bad += !(isinf(lse[h * SQ + i]) && lse[h * SQ + i] > 0);
+            for (int d = 0; d < D; d++) bad += flashc__load(o, ((int64_t)i * H + h) * D + d, dt) != 0.0;
+        }
+    if (st != FLASHC_OK) tc_fail("%s: flashc_fwd = %s: %s", line, flashc_status_string(st), flashc_ctx_last_error(be->ctx));
+    else if (bad) tc_fail("%s: %d values of the rows with no key are not 0 (o) / +inf (lse)", line, bad);
+    else tc_pass("%s", line);
+    tc_dev_free(be->ctx, q, dq), tc_dev_free(be->ctx, k, dk), tc_dev_free(be->ctx, v, dv);
+    tc_dev_free(be->ctx, o, dout), tc_dev_free(be->ctx, lse, dlse);
+    tc_dev_free(be->ctx, cu[0], dcu_q), tc_dev_free(be->ctx, cu[1], dcu_k);
+    free(q), free(k), free(v), free(o), free(lse);
+}
+
+// Every compiled CUDA head dim (their epilogues differ: TMA store at 64, register stores at 256),
+// one block whose rows split (4 / 2) and a block of 128 or 192 rows with 120 empty ones (200 / 80).
+static void nokey_inf_v_check(tbackend *be) {
+    const flashc_dtype dts[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
+    const int Ds[3] = {64, 128, 256}, shapes[2][2] = {{4, 2}, {200, 80}};
+    for (int di = 0; di < 3; di++)
+        for (int dd = 0; dd < 3; dd++)
+            for (int si = 0; si < 2; si++)
+                for (int varlen = 0; varlen < 2; varlen++)
+                    nokey_inf_v_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], varlen);
 }
 
 // ------------------------------------------------------------------------------------------------

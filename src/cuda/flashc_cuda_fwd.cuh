@@ -302,7 +302,8 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_fwd_kernel(const __grid_co
 
     // --- epilogue: O_i = O_i / l_i; L_i = m_i + log(l_i)    (lines 12-13) -------------------------
     // Each warp stages its own rows of O_i in its own rows of sQ (no other warp reads them), then
-    // stores them as 16-byte chunks. Rows that saw no key: l_i = 0 -> O_i = 0, L_i = +inf.
+    // stores them as 16-byte chunks. Rows that saw no key: l_i = 0 -> O_i = 0 (even where O_i holds
+    // NaN: P = 0 times an Inf in V), L_i = +inf; a NaN l_i (a NaN score) gives NaN O_i and L_i.
     cp_async_wait<0>();
     __syncwarp();
     float *lse = p.lse;
@@ -312,13 +313,14 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_fwd_kernel(const __grid_co
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const float l = quad_sum(l_i[mt][r]);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float inv = 1.f / l; // unused where l = 0
             const int lrow = wrow0 + mt * 16 + g + 8 * r;
 #pragma unroll
             for (int nd = 0; nd < ND; nd++)
-                *(uint32_t *)(sQ + lrow * LD + nd * 8 + 2 * c) = pack2<T>(acc[mt][nd][2 * r] * inv, acc[mt][nd][2 * r + 1] * inv);
+                *(uint32_t *)(sQ + lrow * LD + nd * 8 + 2 * c) = pack2<T>(l == 0.f ? 0.f : acc[mt][nd][2 * r] * inv,
+                                                                       l == 0.f ? 0.f : acc[mt][nd][2 * r + 1] * inv);
             if (lse && c == 0 && m0 + lrow < s.sq)
-                lse[lse_row0 + m0 + lrow] = l > 0.f ? (m_i[mt][r] + log2f(l)) * FLASHC_LN2 : INFINITY;
+                lse[lse_row0 + m0 + lrow] = l > 0.f ? (m_i[mt][r] + log2f(l)) * FLASHC_LN2 : l == 0.f ? INFINITY : NAN;
         }
     __syncwarp();
     uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0 + wrow0) * p.o_rs + h * p.o_hs;

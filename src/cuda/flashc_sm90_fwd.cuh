@@ -315,17 +315,19 @@ static __device__ __forceinline__ void sm90_rescale_pack(float *O, uint32_t (*P)
 }
 
 // Lines 12-13 for a row of this thread, whose quad holds the row's partial sums: l_i and O_i's
-// factor o_scale / l_i; L_i = (m_i + log2 l_i) ln 2 by sm90_lse (a row that saw no key: O_i = 0,
-// L_i = +inf).
+// factor o_scale / l_i, applied by sm90_out; L_i = (m_i + log2 l_i) ln 2 by sm90_lse. A row that
+// saw no key (l_i = 0) stores O_i = 0 and L_i = +inf, even where its O_i holds NaN: P = 0 times an
+// Inf in a V row that other rows of the block see. A NaN l_i (a NaN score) gives NaN O_i and L_i.
 typedef struct sm90_row_end {
     float l, inv;
 } sm90_row_end;
 static __device__ __forceinline__ sm90_row_end sm90_finish_row(const flashc_fwd_params &p, float l_part) {
     const float l = quad_sum(l_part);
-    return {l, l > 0.f ? p.o_scale / l : 0.f};
+    return {l, p.o_scale / l};
 }
+static __device__ __forceinline__ float sm90_out(float o, sm90_row_end e) { return e.l == 0.f ? 0.f : o * e.inv; }
 static __device__ __forceinline__ float sm90_lse(float m, float l) {
-    return l > 0.f ? (m + log2f(l)) * FLASHC_LN2 : INFINITY;
+    return l > 0.f ? (m + log2f(l)) * FLASHC_LN2 : l == 0.f ? INFINITY : NAN;
 }
 
 // Where the LSE rows of sequence b, head h begin: (B, H, Sq), or (H, total_q) for packed sequences.
@@ -353,7 +355,7 @@ static __device__ __forceinline__ void sm90_fwd_store(const flashc_fwd_params &p
         for (int nt = 0; nt < D / 8; nt++) {
             const uint32_t off = sw128_offset(BM, row, 8 * nt) + 4 * (lane & 3);
             *(uint32_t *)(smem + off) =
-                pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * e.inv, O[4 * nt + 2 * r + 1] * e.inv);
+                pack2<typename sm90_elem<T>::out>(sm90_out(O[4 * nt + 2 * r], e), sm90_out(O[4 * nt + 2 * r + 1], e));
         }
         if (p.lse && (lane & 3) == 0 && m0 + row < s.sq) p.lse[lse_row0 + m0 + row] = sm90_lse(m_i[r], e.l);
     }
@@ -618,7 +620,7 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int nt = 4 * g + k;
-                w[k] = pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * r] * e.inv, O[4 * nt + 2 * r + 1] * e.inv);
+                w[k] = pack2<typename sm90_elem<T>::out>(sm90_out(O[4 * nt + 2 * r], e), sm90_out(O[4 * nt + 2 * r + 1], e));
             }
             quad_transpose4(w, j); // lane j: columns 32 g + 8 j .. + 7
             if (in && 32 * g + 8 * j < p.a.D) // D is a multiple of 8: 8 columns are in or out
@@ -647,13 +649,12 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
     const int t128 = threadIdx.x & 127, lane = t128 & 31, j = lane & 3;
     const int wrow = (t128 >> 5) * 16 + (lane >> 2); // this thread's first row of the warpgroup's 64
     const int64_t lse_row0 = ((int64_t)b * p.a.H + h) * p.a.Sq; // (batch mode: sm90_lse_row0 without cu_q)
-    float inv[2];
+    sm90_row_end e[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const sm90_row_end e = sm90_finish_row(p, l_i[r]);
-        inv[r] = e.inv;
+        e[r] = sm90_finish_row(p, l_i[r]);
         const int row = m0 + 64 * wg + wrow + 8 * r;
-        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = sm90_lse(m_i[r], e.l);
+        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = sm90_lse(m_i[r], e[r].l);
     }
     if (t128 == 0) bulk_wait_read<0>(); // the previous tile's store has read sO
     bar_sync(1 + wg, 128);
@@ -668,7 +669,7 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int nt = 2 * k + (i >> 1), rh = i & 1;
-            w[i] = pack2<typename sm90_elem<T>::out>(O[4 * nt + 2 * rh] * inv[rh], O[4 * nt + 2 * rh + 1] * inv[rh]);
+            w[i] = pack2<typename sm90_elem<T>::out>(sm90_out(O[4 * nt + 2 * rh], e[rh]), sm90_out(O[4 * nt + 2 * rh + 1], e[rh]));
         }
         stmatrix_x4((a0 ^ ((k & 3) << 5)) + (k >> 2) * (64 * 128), w);
     }
