@@ -103,6 +103,9 @@ if want sanitize; then
         for tool in memcheck racecheck; do
             sanitize $tool $tool $tool.log "$BUILD/test_flashc" --backend cuda --quick \
                 ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
+            # a persistent forward grid of 3 CTAs: the rings and tile records wrap many times
+            FLASHC_CUDA_CTAS=3 sanitize $tool "$tool (3 CTAs)" $tool-ctas3.log "$BUILD/test_flashc" --backend cuda \
+                --quick ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # the decode kernels and the merge: every KV-cache case (small caches)
             sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
         done

@@ -1579,13 +1579,14 @@ static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int S
 }
 
 // Every compiled CUDA head dim (their epilogues differ: TMA store at 64, register stores at 256),
-// one block whose rows split (4 / 2) and a block of 128 or 192 rows with 120 empty ones (200 / 80).
+// one block whose rows split (4 / 2), a block of 128 or 192 rows with 120 empty ones (200 / 80),
+// and whole query blocks with no key before a split one (300 / 40).
 static void nokey_inf_v_check(tbackend *be) {
     const flashc_dtype dts[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
-    const int Ds[3] = {64, 128, 256}, shapes[2][2] = {{4, 2}, {200, 80}};
+    const int Ds[3] = {64, 128, 256}, shapes[3][2] = {{4, 2}, {200, 80}, {300, 40}};
     for (int di = 0; di < 3; di++)
         for (int dd = 0; dd < 3; dd++)
-            for (int si = 0; si < 2; si++)
+            for (int si = 0; si < 3; si++)
                 for (int varlen = 0; varlen < 2; varlen++)
                     nokey_inf_v_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], varlen);
 }

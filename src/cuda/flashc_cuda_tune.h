@@ -115,8 +115,8 @@ static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
 }
 
-// + 1024: manual 1024-byte alignment, + 256: mbarriers; the Q region is 2 bytes per element for
-// every input type (it stages the bf16/f16 O_i)
+// + 1024: manual 1024-byte alignment, + 256: mbarriers and the persistent forward's two tile
+// records; the Q region is 2 bytes per element for every input type (it stages the bf16/f16 O_i)
 static constexpr int flashc_cuda_fwd_sm90_smem_of(int bm, int bn, int stages, int D, int es) {
     return 1024 + bm * D * 2 + 2 * stages * bn * D * es + 256;
 }

@@ -232,10 +232,10 @@ static __device__ __forceinline__ int sm90_fwd_unit_next(const flashc_fwd_params
     return !p.tile_pairs ? unit + (int)gridDim.x : unit & 1 ? unit + 2 * (int)gridDim.x - 1 : unit + 1;
 }
 
-// What the TMA kernel's producer and consumers both derive from a unit of sm90_fwd_unit: its
-// sequence, first query row m0 and key blocks nb_min .. nb_max - 1 (full_lo / full_hi as
-// key_blocks_of_rows). False when the unit is the empty member of a pair or its tile has no query
-// rows (a short varlen sequence): producer and consumers skip the same units.
+// What the TMA kernel's producer derives from a unit of sm90_fwd_unit and posts to the consumers
+// as the tile's record: its sequence, first query row m0 and key blocks nb_min .. nb_max - 1
+// (full_lo / full_hi as key_blocks_of_rows). False when the unit is the empty member of a pair or
+// its tile has no query rows (a short varlen sequence): the producer posts no record for it.
 typedef struct sm90_fwd_work {
     int b, h, m0, nb_min, nb_max, full_lo, full_hi;
     flashc_cuda_seq s;
@@ -685,7 +685,20 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
 // Persistent: gridDim.x CTAs (one per SM) walk the units of sm90_fwd_unit (tiles, or pairs of
 // tiles that balance causal work) with a stride of gridDim.x, so a CTA's next Q_i and first K_j, V_j
 // load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
-// has its own full / empty pair (empty once both consumers' last S_ij of the tile is done).
+// has its own full / empty pair (empty once every consumer thread's last S_ij of the tile is done,
+// or once it has read a record with no key blocks).
+// The producer alone walks the units: with each Q_i it posts the tile's sm90_fwd_work (a record,
+// two slots by parity) on the same full barrier, and a tile with no key blocks gets a record
+// without Q_i, so that the consumers take their tiles from the records (until one with b = -1)
+// instead of each deriving the tile order's divisions again at the top of every tile and in the
+// epilogue (the D = 64 short-row kernel, SASS here: 441 -> 280 instructions from the last PV to the
+// TMA store). Every consumer thread releases the slot (with one thread a warpgroup, racecheck saw
+// the other threads' reads of a record as racing the producer's next write: call 3). H200, one
+// process against deriving them (h200-2026-12-02-s17.txt call 4), outputs bit-identical: S = 512
+// D = 64 1.03x (causal 1.11x), D = 128 1.05x (1.07x), D = 256 1.01x (1.03x), e4m3 D = 128 1.05x
+// (1.07x); S = 2048 1.00-1.06x; S = 16384 0.99-1.02x. (A record with no key blocks holds the Q slot
+// until every consumer has read it, so the next tile's loads wait for the previous epilogue:
+// masked tiles only.)
 // The consumers take turns issuing wgmmas (named barriers 8 + c), across tiles too: the last
 // consumer hands consumer 0 the next tile's first turn right after its last PV, so that consumer
 // 0's first S_ij runs under the others' last PV and epilogue. H200, one process (dev/cuda/ab.py,
@@ -709,12 +722,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES, sO = sV0 + STAGES * KV_BYTES;
     const uint32_t fullQ = sO + O_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
-                   emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES;
+                   emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES, sWork = emptyV + 8 * STAGES;
+    static_assert(16 + 32 * STAGES + 2 * sizeof(sm90_fwd_work) <= 256, "barriers and records: the 256 bytes of smem_of");
+    sm90_fwd_work *const work_slot = (sm90_fwd_work *)((char *)flashc_smem + (sWork - smem_u32(flashc_smem)));
     const int tid = threadIdx.x, wg = warpgroup_uniform(0);
     const int n_units = (p.tile_pairs ? (p.n_m_blocks + 1) / 2 * 2 : p.n_m_blocks) * p.a.B * p.a.H;
 
-    if (tid == 0) { // Q: a ring of one slot
-        ring_init(fullQ, emptyQ, 1, NWG);
+    if (tid == 0) { // Q and the records: a ring of one slot, released by every consumer thread
+        ring_init(fullQ, emptyQ, 1, NWG * 128);
         ring_init(fullK, emptyK, STAGES, NWG);
         ring_init(fullV, emptyV, STAGES, NWG);
         fence_mbarrier_init();
@@ -727,19 +742,27 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         tma_prefetch_map(&maps.q);
         tma_prefetch_map(&maps.k);
         tma_prefetch_map(&maps.v);
-        int kv = 0, qi = 0; // key blocks and Q tiles loaded so far
+        int kv = 0, qi = 0, rec = 0; // key blocks, Q tiles and records posted so far
         for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
             if (!sm90_fwd_work_of<BM, BN>(p, unit, &w)) continue;
             const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
-            if (n_blocks <= 0) continue;
+            // the tile's record, and Q_i where it has key blocks (after the consumers are done with
+            // the previous Q_i and with the record two back, which shared this slot)
+            FLASHC_FWD_TRACE(0, qi, 0);
+            mbar_wait(emptyQ, (rec & 1) ^ 1);
+            work_slot[rec & 1] = w;
+            rec++;
+            if (n_blocks <= 0) { // nothing to load: the consumers store O = 0, lse = +inf
+                mbar_arrive(fullQ);
+                continue;
+            }
+            mbar_expect_tx(fullQ, BM * D * ES);
+            qi++;
+            FLASHC_FWD_TRACE(0, qi - 1, 1);
             // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
             const int h_kv = w.h / p.a.group, qb = p.a.cu_q ? 0 : w.b, k_r0 = (int)w.s.k_row0;
             const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, w.s, w.b) : 0;
-            // (after the previous tile's last S_ij is done with Q)
-            FLASHC_FWD_TRACE(0, qi, 0);
-            ring_acquire(fullQ, emptyQ, qi++, 1, BM * D * ES);
-            FLASHC_FWD_TRACE(0, qi - 1, 1);
             sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)w.s.q_row0 + w.m0, w.h, qb, fullQ);
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
@@ -760,6 +783,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             FLASHC_FWD_TRACE(0, qi - 1, 2);
             kv += n_blocks;
         }
+        mbar_wait(emptyQ, (rec & 1) ^ 1); // the end: a record with b = -1
+        work_slot[rec & 1].b = -1;
+        mbar_arrive(fullQ);
         return;
     }
 
@@ -767,10 +793,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     reg_alloc<CONSUMER_REGS>();
     const int c = wg - 1, lane = tid & 31, warp = (tid >> 5) & 3;
     const int trow = c * 64 + warp * 16 + (lane >> 2), lane_col = 2 * (lane & 3);
-    int kv = 0, qi = 0;
-    for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
-        sm90_fwd_work w;
-        if (!sm90_fwd_work_of<BM, BN>(p, unit, &w)) continue;
+    int kv = 0, qi = 0; // key blocks and Q tiles consumed
+    for (int rec = 0;; rec++) { // the producer's records, one per tile, until b = -1
+        FLASHC_FWD_TRACE(1 + c, qi, 0);
+        mbar_wait(fullQ, rec & 1);
+        const sm90_fwd_work w = work_slot[rec & 1];
+        if (w.b < 0) break;
         const flashc_cuda_seq &s = w.s;
         const int b = w.b, h = w.h, m0 = w.m0, nb_max = w.nb_max, full_lo = w.full_lo, full_hi = w.full_hi;
         const int n_blocks = nb_max - w.nb_min;
@@ -783,11 +811,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         for (int i = 0; i < D / 2; i++) O[i] = 0.f;
         float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
 
-        FLASHC_FWD_TRACE(1 + c, qi, 0);
         if (n_blocks > 0) {
             uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
             if (c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first
-            mbar_wait(fullQ, qi & 1);
             FLASHC_FWD_TRACE(1 + c, qi, 1);
             qi++;
 
@@ -813,12 +839,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                     wgmma_wait<0>();
                 }
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 3);
-                if ((tid & 127) == 0) {
-                    mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
-                    // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ
-                    // (so this kernel never stages O_i there: sm90_fwd_store_tma has its own O tile)
-                    if (t == n_blocks - 1) mbar_arrive(emptyQ);
-                }
+                if ((tid & 127) == 0) mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
+                // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ (so this
+                // kernel never stages O_i there: sm90_fwd_store_tma has its own O tile). Every thread
+                // arrives: each has read the records up to this one (ordered for racecheck too).
+                if (t == n_blocks - 1) mbar_arrive(emptyQ);
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
 
@@ -846,17 +871,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #pragma unroll
             for (int i = 0; i < D / 2; i++) reg_fence(O[i]);
             kv += n_blocks;
+        } else {
+            mbar_arrive(emptyQ); // no Q_i: the record is read
         }
-        // the tile's coordinates again rather than kept live through the loop (registers: without
-        // this, D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes)
-        int unit2 = unit, m_block2, b2, h2;
-        asm volatile("" : "+r"(unit2));
-        sm90_fwd_unit(p, unit2, &m_block2, &b2, &h2);
+        // the tile's record again rather than kept live through the loop (registers: without this,
+        // D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes); its slot is rewritten only
+        // two records on, after every consumer has released the next one
+        const sm90_fwd_work w2 = work_slot[rec & 1];
         if (O_BYTES > 0 && maps.o_tma)
-            sm90_fwd_store_tma<T, D>(p, &maps.o, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i,
-                                     sO + c * 64 * D * 2);
+            sm90_fwd_store_tma<T, D>(p, &maps.o, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i, sO + c * 64 * D * 2);
         else
-            sm90_fwd_store_regs<T, D, BM>(p, cuda_seq(p.a, b2), b2, h2, m_block2 * BM, c, O, m_i, l_i);
+            sm90_fwd_store_regs<T, D, BM>(p, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i);
         FLASHC_FWD_TRACE(1 + c, qi - 1, 6);
     }
     if (c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
