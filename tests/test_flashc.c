@@ -1578,6 +1578,52 @@ static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int S
     free(q), free(k), free(v), free(o), free(lse);
 }
 
+// The backward beside an Inf in V: causal Sq > Sk, key Sk - 1's V row is Inf. Rows that see no key
+// must get dQ exactly 0 (DESIGN.md §1): their P_ij = 0 times dP_ij = dO_i V_j^T = inf must not
+// enter dS. (Rows that see other keys of a block holding the Inf get NaN from 0 * inf inside P V
+// already in the forward, as in SDPA's math path and FlashAttention; no rule asks otherwise.)
+// Host backends only: the CUDA backward does not do this yet (NOTES.md, seventeenth session).
+static void nokey_inf_v_bwd_case(tbackend *be, flashc_dtype dt, int SQ, int SK) {
+    enum { H = 2, HKV = 1, D = 64 };
+    char line[256];
+    snprintf(line, sizeof line, "backward beside an Inf in V %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
+             tc_dtype_name(dt), SQ, SK, H, HKV, D);
+    if (!wanted(line)) return;
+    if (tc_on_dev(be->ctx)) {
+        tc_skip("%s: the CUDA backward forms 0 * inf there (NOTES.md, seventeenth session)", line);
+        return;
+    }
+    tc_running(line);
+    const size_t es = flashc__dtype_size(dt);
+    const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
+    void *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
+    void *o = tc_alloc((size_t)nq * es), *dout = tc_alloc((size_t)nq * es), *dq = tc_alloc((size_t)nq * es);
+    void *dk = tc_alloc((size_t)nk * es), *dv = tc_alloc((size_t)nk * es);
+    float *lse = tc_alloc(sizeof(float) * H * SQ);
+    tc_rng r = tc_rng_make(g_seed, 0x2f + (uint64_t)SQ);
+    for (int64_t e = 0; e < nq; e++) {
+        flashc__store(q, e, dt, (float)tc_normal(&r)), flashc__store(dout, e, dt, (float)tc_normal(&r));
+        tc_store_nan(o, e, dt), tc_store_nan(dq, e, dt);
+    }
+    for (int64_t e = 0; e < nk; e++) flashc__store(k, e, dt, (float)tc_normal(&r)), flashc__store(v, e, dt, (float)tc_normal(&r));
+    for (int d = 0; d < D; d++) flashc__store(v, (int64_t)(SK - 1) * HKV * D + d, dt, INFINITY);
+    flashc_attn_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 1, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
+    desc.dtype = dt, desc.causal = 1;
+    flashc_fill_contiguous_strides(&desc);
+    flashc_status st = flashc_fwd(be->ctx, &desc, q, k, v, o, lse, NULL, 0, NULL);
+    if (st == FLASHC_OK) st = flashc_bwd(be->ctx, &desc, q, k, v, o, lse, dout, dq, dk, dv, NULL, 0, NULL);
+    int bad = 0;
+    for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < D; d++) bad += flashc__load(dq, ((int64_t)i * H + h) * D + d, dt) != 0.0;
+    if (st != FLASHC_OK) tc_fail("%s: %s", line, flashc_ctx_last_error(be->ctx));
+    else if (bad) tc_fail("%s: %d dQ values of the rows with no key are not 0", line, bad);
+    else tc_pass("%s", line);
+    free(q), free(k), free(v), free(o), free(dout), free(dq), free(dk), free(dv), free(lse);
+}
+
 // Every compiled CUDA head dim (their epilogues differ: TMA store at 64, register stores at 256),
 // one block whose rows split (4 / 2), a block of 128 or 192 rows with 120 empty ones (200 / 80),
 // and whole query blocks with no key before a split one (300 / 40).
@@ -1589,6 +1635,8 @@ static void nokey_inf_v_check(tbackend *be) {
             for (int si = 0; si < 3; si++)
                 for (int varlen = 0; varlen < 2; varlen++)
                     nokey_inf_v_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], varlen);
+    for (int di = 0; di < 3; di++)
+        for (int si = 0; si < 2; si++) nokey_inf_v_bwd_case(be, dts[di], shapes[si][0], shapes[si][1]);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -373,8 +373,9 @@ static void tile_ds(float *restrict dP, const float *restrict P, const float *re
         FLASHC_VF32 di = FLASHC_VF32_SET1(Di[r]);
         float *ds = dP + r * BCB;
         const float *p = P + r * BCB;
-        for (int c = 0; c < nc; c += W) {
-            FLASHC_VF32 g = FLASHC_VF32_MUL(FLASHC_VF32_LOAD(p + c), FLASHC_VF32_SUB(FLASHC_VF32_LOAD(ds + c), di));
+        for (int c = 0; c < nc; c += W) { // (a masked P_ij = 0 gives 0 even beside an Inf in V_j)
+            const FLASHC_VF32 pc = FLASHC_VF32_LOAD(p + c);
+            FLASHC_VF32 g = FLASHC_VF32_SEL_NZ(pc, FLASHC_VF32_MUL(pc, FLASHC_VF32_SUB(FLASHC_VF32_LOAD(ds + c), di)));
             if (T) {
                 FLASHC_VF32 t = FLASHC_VF32_LOAD(T + r * BCB + c);
                 g = FLASHC_VF32_MUL(g, FLASHC_VF32_SUB(one, FLASHC_VF32_MUL(t, t)));

@@ -14,6 +14,8 @@
 //     FLASHC_VF32_LOAD(p) _STORE(p,v)  unaligned load / store of W floats
 //     FLASHC_VF32_ADD/SUB/MUL/DIV/MAX/MIN(a, b)
 //     FLASHC_VF32_FMA(a, b, c)       a * b + c (fused where the ISA has it)
+//     FLASHC_VF32_SEL_NZ(p, x)       x where p != 0 (or NaN), else +0: a masked P_ij = 0 must
+//                                    give dS_ij = 0 even where dP_ij is infinite (0 * inf = NaN)
 //     flashc_vf32_load_f16(p) / _bf16(p)   W halves / bfloat16s (uint16_t) widened to fp32
 //     FLASHC_PREFETCH(p)             hint: bring the line at p towards L2 (no-op where unknown)
 //     flashc_vexp2(x)                2^x, ~2 ulp for x in [-126, 128); exactly 0 for x < -126 and
@@ -64,6 +66,7 @@ typedef __m512 FLASHC_VF32;
 #define FLASHC_VF32_MAX(a, b) _mm512_max_ps((a), (b))
 #define FLASHC_VF32_MIN(a, b) _mm512_min_ps((a), (b))
 #define FLASHC_VF32_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define FLASHC_VF32_SEL_NZ(p, x) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask((p), _mm512_setzero_ps(), _CMP_NEQ_UQ), (x))
 
 static inline FLASHC_VF32 flashc_vf32_load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
@@ -105,6 +108,7 @@ typedef __m256 FLASHC_VF32;
 #define FLASHC_VF32_MAX(a, b) _mm256_max_ps((a), (b))
 #define FLASHC_VF32_MIN(a, b) _mm256_min_ps((a), (b))
 #define FLASHC_VF32_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define FLASHC_VF32_SEL_NZ(p, x) _mm256_and_ps(_mm256_cmp_ps((p), _mm256_setzero_ps(), _CMP_NEQ_UQ), (x))
 
 static inline FLASHC_VF32 flashc_vf32_load_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -146,6 +150,7 @@ typedef float FLASHC_VF32;
 #define FLASHC_VF32_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define FLASHC_VF32_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define FLASHC_VF32_FMA(a, b, c) ((a) * (b) + (c)) // not fmaf: software fma is slow without the ISA
+#define FLASHC_VF32_SEL_NZ(p, x) ((p) != 0.0f ? (x) : 0.0f)
 
 static inline FLASHC_VF32 flashc_vf32_load_f16(const uint16_t *p) {
     uint32_t sign = (uint32_t)(*p & 0x8000u) << 16, exp = (*p >> 10) & 0x1fu, man = *p & 0x3ffu, u;
