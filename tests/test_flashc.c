@@ -1522,6 +1522,24 @@ static void lse_null_check(tbackend *be) {
     ref_free(&R);
 }
 
+// The no-key checks' problem: batch 1, causal, Sq > Sk (queries 0 .. Sq - Sk - 1 see no key),
+// contiguous; q, k, v random on the host with key inf_key's V row Inf (kv head 0).
+static flashc_attn_desc nokey_problem(flashc_dtype dt, int SQ, int SK, int H, int HKV, int D, int inf_key, tc_rng *r,
+                                      void **q, void **k, void **v) {
+    flashc_attn_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 1, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
+    desc.dtype = dt, desc.causal = 1;
+    flashc_fill_contiguous_strides(&desc);
+    const size_t es = flashc__dtype_size(dt);
+    const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
+    *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
+    for (int64_t e = 0; e < nq; e++) flashc__store(*q, e, dt, (float)tc_normal(r));
+    for (int64_t e = 0; e < nk; e++) flashc__store(*k, e, dt, (float)tc_normal(r)), flashc__store(*v, e, dt, (float)tc_normal(r));
+    for (int d = 0; d < D; d++) flashc__store(*v, (int64_t)inf_key * HKV * D + d, dt, INFINITY);
+    return desc;
+}
+
 // One case of nokey_inf_v_check: causal Sq > Sk, so queries 0 .. Sq - Sk - 1 see no key, and key
 // 0's V row is Inf: every other query sees it. The rows with no key must store O = 0 and lse = +inf
 // (not 0 * Inf = NaN from P V). Batch 1, in batch or varlen mode (the CUDA backend runs them on
@@ -1532,11 +1550,9 @@ static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int S
     snprintf(line, sizeof line, "rows with no key beside an Inf in V %s %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
              tc_dtype_name(dt), varlen ? "varlen" : "batch", SQ, SK, H, HKV, D);
     if (!wanted(line)) return;
-    flashc_attn_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = 1, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
-    desc.dtype = dt, desc.causal = 1;
-    flashc_fill_contiguous_strides(&desc);
+    tc_rng r = tc_rng_make(g_seed, 0x1f + (uint64_t)D + (uint64_t)SQ);
+    void *q, *k, *v; // key 0: every query that sees a key sees it
+    flashc_attn_desc desc = nokey_problem(dt, SQ, SK, H, HKV, D, 0, &r, &q, &k, &v);
     const int32_t cu[2][2] = {{0, SQ}, {0, SK}};
     int32_t *dcu_q = varlen ? tc_dev_put(be->ctx, cu[0], sizeof cu[0]) : NULL;
     int32_t *dcu_k = varlen ? tc_dev_put(be->ctx, cu[1], sizeof cu[1]) : NULL;
@@ -1544,18 +1560,15 @@ static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int S
     if (flashc_supports(be->ctx, &desc) == FLASHC_ERR_UNSUPPORTED) {
         tc_skip("%s: unsupported: %s", line, flashc_ctx_last_error(be->ctx));
         tc_dev_free(be->ctx, cu[0], dcu_q), tc_dev_free(be->ctx, cu[1], dcu_k);
+        free(q), free(k), free(v);
         return;
     }
     tc_running(line);
     const size_t es = flashc__dtype_size(dt);
     const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
-    void *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
     void *o = tc_alloc((size_t)nq * es);
     float *lse = tc_alloc(sizeof(float) * H * SQ);
-    tc_rng r = tc_rng_make(g_seed, 0x1f + (uint64_t)D + (uint64_t)SQ);
-    for (int64_t e = 0; e < nq; e++) flashc__store(q, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt);
-    for (int64_t e = 0; e < nk; e++) flashc__store(k, e, dt, (float)tc_normal(&r)), flashc__store(v, e, dt, (float)tc_normal(&r));
-    for (int d = 0; d < D; d++) flashc__store(v, d, dt, INFINITY); // key 0: every query that sees a key sees it
+    for (int64_t e = 0; e < nq; e++) tc_store_nan(o, e, dt);
     for (int e = 0; e < H * SQ; e++) lse[e] = NAN;
     void *dq = tc_dev_put(be->ctx, q, (size_t)nq * es), *dk = tc_dev_put(be->ctx, k, (size_t)nk * es);
     void *dv = tc_dev_put(be->ctx, v, (size_t)nk * es), *dout = tc_dev_put(be->ctx, o, (size_t)nq * es);
@@ -1594,24 +1607,15 @@ static void nokey_inf_v_bwd_case(tbackend *be, flashc_dtype dt, int SQ, int SK) 
         return;
     }
     tc_running(line);
+    tc_rng r = tc_rng_make(g_seed, 0x2f + (uint64_t)SQ);
+    void *q, *k, *v;
+    const flashc_attn_desc desc = nokey_problem(dt, SQ, SK, H, HKV, D, SK - 1, &r, &q, &k, &v);
     const size_t es = flashc__dtype_size(dt);
     const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
-    void *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
     void *o = tc_alloc((size_t)nq * es), *dout = tc_alloc((size_t)nq * es), *dq = tc_alloc((size_t)nq * es);
     void *dk = tc_alloc((size_t)nk * es), *dv = tc_alloc((size_t)nk * es);
     float *lse = tc_alloc(sizeof(float) * H * SQ);
-    tc_rng r = tc_rng_make(g_seed, 0x2f + (uint64_t)SQ);
-    for (int64_t e = 0; e < nq; e++) {
-        flashc__store(q, e, dt, (float)tc_normal(&r)), flashc__store(dout, e, dt, (float)tc_normal(&r));
-        tc_store_nan(o, e, dt), tc_store_nan(dq, e, dt);
-    }
-    for (int64_t e = 0; e < nk; e++) flashc__store(k, e, dt, (float)tc_normal(&r)), flashc__store(v, e, dt, (float)tc_normal(&r));
-    for (int d = 0; d < D; d++) flashc__store(v, (int64_t)(SK - 1) * HKV * D + d, dt, INFINITY);
-    flashc_attn_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = 1, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
-    desc.dtype = dt, desc.causal = 1;
-    flashc_fill_contiguous_strides(&desc);
+    for (int64_t e = 0; e < nq; e++) flashc__store(dout, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt), tc_store_nan(dq, e, dt);
     flashc_status st = flashc_fwd(be->ctx, &desc, q, k, v, o, lse, NULL, 0, NULL);
     if (st == FLASHC_OK) st = flashc_bwd(be->ctx, &desc, q, k, v, o, lse, dout, dq, dk, dv, NULL, 0, NULL);
     int bad = 0;

@@ -23,6 +23,13 @@
 #define FLASHC_LOG2E 1.4426950408889634f
 #define FLASHC_LN2 0.6931471805599453f
 
+// Alg. 1 line 13 for a row whose running max is m (log2 units) and sum l: L = (m + log2 l) ln 2; a
+// row that saw no key (l = 0): +inf; a NaN score (l NaN): NaN. Every CUDA forward and decode
+// epilogue ends its rows here (the CPU's twin: flashc__cpu_row_end).
+static __device__ __forceinline__ float row_lse(float m, float l) {
+    return l > 0.f ? (m + log2f(l)) * FLASHC_LN2 : l == 0.f ? INFINITY : NAN;
+}
+
 // ------------------------------------------------------------------------------------------------
 // kernel ABI
 

@@ -477,7 +477,7 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
         const float inv = L > 0.f ? 1.f / L : L == 0.f ? 0.f : NAN;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) sF[r][w] = f[w] * inv;
-        sF[r][DEC_WARPS] = L > 0.f ? (Mu + log2f(L)) * FLASHC_LN2 : L == 0.f ? INFINITY : NAN;
+        sF[r][DEC_WARPS] = row_lse(Mu, L);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < n_rows * DP / 4; idx += DEC_THREADS) {

@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_fwd_kernel(const __grid_co
                 *(uint32_t *)(sQ + lrow * LD + nd * 8 + 2 * c) = pack2<T>(l == 0.f ? 0.f : acc[mt][nd][2 * r] * inv,
                                                                        l == 0.f ? 0.f : acc[mt][nd][2 * r + 1] * inv);
             if (lse && c == 0 && m0 + lrow < s.sq)
-                lse[lse_row0 + m0 + lrow] = l > 0.f ? (m_i[mt][r] + log2f(l)) * FLASHC_LN2 : l == 0.f ? INFINITY : NAN;
+                lse[lse_row0 + m0 + lrow] = row_lse(m_i[mt][r], l);
         }
     __syncwarp();
     uint16_t *Og = (uint16_t *)p.o + b * p.o_bs + (s.q_row0 + m0 + wrow0) * p.o_rs + h * p.o_hs;

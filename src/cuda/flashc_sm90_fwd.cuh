@@ -315,9 +315,9 @@ static __device__ __forceinline__ void sm90_rescale_pack(float *O, uint32_t (*P)
 }
 
 // Lines 12-13 for a row of this thread, whose quad holds the row's partial sums: l_i and O_i's
-// factor o_scale / l_i, applied by sm90_out; L_i = (m_i + log2 l_i) ln 2 by sm90_lse. A row that
-// saw no key (l_i = 0) stores O_i = 0 and L_i = +inf, even where its O_i holds NaN: P = 0 times an
-// Inf in a V row that other rows of the block see. A NaN l_i (a NaN score) gives NaN O_i and L_i.
+// factor o_scale / l_i, applied by sm90_out; L_i by row_lse. A row that saw no key (l_i = 0)
+// stores O_i = 0 and L_i = +inf, even where its O_i holds NaN: P = 0 times an Inf in a V row that
+// other rows of the block see. A NaN l_i (a NaN score) gives NaN O_i and L_i.
 typedef struct sm90_row_end {
     float l, inv;
 } sm90_row_end;
@@ -326,9 +326,6 @@ static __device__ __forceinline__ sm90_row_end sm90_finish_row(const flashc_fwd_
     return {l, p.o_scale / l};
 }
 static __device__ __forceinline__ float sm90_out(float o, sm90_row_end e) { return e.l == 0.f ? 0.f : o * e.inv; }
-static __device__ __forceinline__ float sm90_lse(float m, float l) {
-    return l > 0.f ? (m + log2f(l)) * FLASHC_LN2 : l == 0.f ? INFINITY : NAN;
-}
 
 // Where the LSE rows of sequence b, head h begin: (B, H, Sq), or (H, total_q) for packed sequences.
 static __device__ __forceinline__ int64_t sm90_lse_row0(const flashc_fwd_params &p, const flashc_cuda_seq &s, int b,
@@ -357,7 +354,7 @@ static __device__ __forceinline__ void sm90_fwd_store(const flashc_fwd_params &p
             *(uint32_t *)(smem + off) =
                 pack2<typename sm90_elem<T>::out>(sm90_out(O[4 * nt + 2 * r], e), sm90_out(O[4 * nt + 2 * r + 1], e));
         }
-        if (p.lse && (lane & 3) == 0 && m0 + row < s.sq) p.lse[lse_row0 + m0 + row] = sm90_lse(m_i[r], e.l);
+        if (p.lse && (lane & 3) == 0 && m0 + row < s.sq) p.lse[lse_row0 + m0 + row] = row_lse(m_i[r], e.l);
     }
     bar_sync(1 + wg, 128);
     const int m_rows = min(BM, s.sq - m0);
@@ -626,7 +623,7 @@ static __device__ __forceinline__ void sm90_fwd_store_regs(const flashc_fwd_para
             if (in && 32 * g + 8 * j < p.a.D) // D is a multiple of 8: 8 columns are in or out
                 *(uint4 *)(orow + 32 * g) = make_uint4(w[0], w[1], w[2], w[3]);
         }
-        if (in && p.lse && j == 0) p.lse[lse_row0 + m0 + row] = sm90_lse(m_i[r], e.l);
+        if (in && p.lse && j == 0) p.lse[lse_row0 + m0 + row] = row_lse(m_i[r], e.l);
     }
 }
 
@@ -654,7 +651,7 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
     for (int r = 0; r < 2; r++) {
         e[r] = sm90_finish_row(p, l_i[r]);
         const int row = m0 + 64 * wg + wrow + 8 * r;
-        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = sm90_lse(m_i[r], e[r].l);
+        if (p.lse && j == 0 && row < s.sq) p.lse[lse_row0 + row] = row_lse(m_i[r], e[r].l);
     }
     if (t128 == 0) bulk_wait_read<0>(); // the previous tile's store has read sO
     bar_sync(1 + wg, 128);
