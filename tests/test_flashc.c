@@ -1595,29 +1595,40 @@ static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int S
 // must get dQ exactly 0 (DESIGN.md §1): their P_ij = 0 times dP_ij = dO_i V_j^T = inf must not
 // enter dS. (Rows that see other keys of a block holding the Inf get NaN from 0 * inf inside P V
 // already in the forward, as in SDPA's math path and FlashAttention; no rule asks otherwise.)
-// Host backends only: the CUDA backward does not do this yet (NOTES.md, seventeenth session).
-static void nokey_inf_v_bwd_case(tbackend *be, flashc_dtype dt, int SQ, int SK) {
-    enum { H = 2, HKV = 1, D = 64 };
+// D = 64 / 128 / 256 and both modes: the CUDA backend writes dQ in different places (the dq_acc
+// conversion after the atomic kernels, the deterministic dQ kernels' epilogues: bwd_dq_out).
+static void nokey_inf_v_bwd_case(tbackend *be, flashc_dtype dt, int D, int SQ, int SK, int det) {
+    enum { H = 2, HKV = 1 };
     char line[256];
-    snprintf(line, sizeof line, "backward beside an Inf in V %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
-             tc_dtype_name(dt), SQ, SK, H, HKV, D);
+    snprintf(line, sizeof line, "backward beside an Inf in V %s %s%s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
+             tc_dtype_name(dt), det ? " deterministic" : "", SQ, SK, H, HKV, D);
     if (!wanted(line)) return;
-    if (tc_on_dev(be->ctx)) {
-        tc_skip("%s: the CUDA backward forms 0 * inf there (NOTES.md, seventeenth session)", line);
+    tc_rng r = tc_rng_make(g_seed, 0x2f + (uint64_t)SQ + (uint64_t)D);
+    void *q, *k, *v;
+    flashc_attn_desc desc = nokey_problem(dt, SQ, SK, H, HKV, D, SK - 1, &r, &q, &k, &v);
+    desc.deterministic = det;
+    if (flashc_supports(be->ctx, &desc) == FLASHC_ERR_UNSUPPORTED) {
+        tc_skip("%s: unsupported: %s", line, flashc_ctx_last_error(be->ctx));
+        free(q), free(k), free(v);
         return;
     }
     tc_running(line);
-    tc_rng r = tc_rng_make(g_seed, 0x2f + (uint64_t)SQ);
-    void *q, *k, *v;
-    const flashc_attn_desc desc = nokey_problem(dt, SQ, SK, H, HKV, D, SK - 1, &r, &q, &k, &v);
     const size_t es = flashc__dtype_size(dt);
     const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
     void *o = tc_alloc((size_t)nq * es), *dout = tc_alloc((size_t)nq * es), *dq = tc_alloc((size_t)nq * es);
     void *dk = tc_alloc((size_t)nk * es), *dv = tc_alloc((size_t)nk * es);
     float *lse = tc_alloc(sizeof(float) * H * SQ);
     for (int64_t e = 0; e < nq; e++) flashc__store(dout, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt), tc_store_nan(dq, e, dt);
-    flashc_status st = flashc_fwd(be->ctx, &desc, q, k, v, o, lse, NULL, 0, NULL);
-    if (st == FLASHC_OK) st = flashc_bwd(be->ctx, &desc, q, k, v, o, lse, dout, dq, dk, dv, NULL, 0, NULL);
+    for (int64_t e = 0; e < nk; e++) tc_store_nan(dk, e, dt), tc_store_nan(dv, e, dt);
+    for (int e = 0; e < H * SQ; e++) lse[e] = NAN;
+    void *gq = tc_dev_put(be->ctx, q, (size_t)nq * es), *gk = tc_dev_put(be->ctx, k, (size_t)nk * es);
+    void *gv = tc_dev_put(be->ctx, v, (size_t)nk * es), *go = tc_dev_put(be->ctx, o, (size_t)nq * es);
+    void *gdout = tc_dev_put(be->ctx, dout, (size_t)nq * es), *gdq = tc_dev_put(be->ctx, dq, (size_t)nq * es);
+    void *gdk = tc_dev_put(be->ctx, dk, (size_t)nk * es), *gdv = tc_dev_put(be->ctx, dv, (size_t)nk * es);
+    float *glse = tc_dev_put(be->ctx, lse, sizeof(float) * H * SQ);
+    flashc_status st = flashc_fwd(be->ctx, &desc, gq, gk, gv, go, glse, NULL, 0, NULL);
+    if (st == FLASHC_OK) st = flashc_bwd(be->ctx, &desc, gq, gk, gv, go, glse, gdout, gdq, gdk, gdv, NULL, 0, NULL);
+    tc_dev_get(be->ctx, dq, gdq, (size_t)nq * es);
     int bad = 0;
     for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
         for (int h = 0; h < H; h++)
@@ -1625,6 +1636,9 @@ static void nokey_inf_v_bwd_case(tbackend *be, flashc_dtype dt, int SQ, int SK) 
     if (st != FLASHC_OK) tc_fail("%s: %s", line, flashc_ctx_last_error(be->ctx));
     else if (bad) tc_fail("%s: %d dQ values of the rows with no key are not 0", line, bad);
     else tc_pass("%s", line);
+    tc_dev_free(be->ctx, q, gq), tc_dev_free(be->ctx, k, gk), tc_dev_free(be->ctx, v, gv), tc_dev_free(be->ctx, o, go);
+    tc_dev_free(be->ctx, dout, gdout), tc_dev_free(be->ctx, dq, gdq), tc_dev_free(be->ctx, dk, gdk);
+    tc_dev_free(be->ctx, dv, gdv), tc_dev_free(be->ctx, lse, glse);
     free(q), free(k), free(v), free(o), free(dout), free(dq), free(dk), free(dv), free(lse);
 }
 
@@ -1640,7 +1654,9 @@ static void nokey_inf_v_check(tbackend *be) {
                 for (int varlen = 0; varlen < 2; varlen++)
                     nokey_inf_v_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], varlen);
     for (int di = 0; di < 3; di++)
-        for (int si = 0; si < 2; si++) nokey_inf_v_bwd_case(be, dts[di], shapes[si][0], shapes[si][1]);
+        for (int dd = 0; dd < 3; dd++)
+            for (int si = 0; si < 2; si++)
+                for (int det = 0; det < 2; det++) nokey_inf_v_bwd_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], det);
 }
 
 // ------------------------------------------------------------------------------------------------

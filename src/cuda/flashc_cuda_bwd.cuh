@@ -96,9 +96,10 @@ __global__ void __launch_bounds__(128) flashc_bwd_dot_do_o_kernel(const __grid_c
 }
 static constexpr int flashc_bwd_dot_do_o_smem(int D) { return 2 * 64 * (D + 8) * 2; }
 
-// dq (dq strides, dtype T) = scale * dq_acc (D_pad = D floats per row), for the rows of every
-// sequence: 256 threads of 8 columns each, 2048 / D rows of one (b, h) per CTA. (One warp per row
-// left 3 / 4 of the lanes idle at D = 64: 100 us against 58 at D = 128 for the same rows.)
+// dq (dq strides, dtype T) = scale * dq_acc (D_pad = D floats per row; 0 for a row with no key:
+// bwd_dq_out), for the rows of every sequence: 256 threads of 8 columns each, 2048 / D rows of one
+// (b, h) per CTA. (One warp per row left 3 / 4 of the lanes idle at D = 64: 100 us against 58 at
+// D = 128 for the same rows.)
 template <typename T, int D>
 __global__ void __launch_bounds__(256) flashc_bwd_convert_dq_kernel(const __grid_constant__ flashc_bwd_params p) {
     constexpr int CPR = D / 8, ROWS = 256 / CPR; // 8-column chunks per row, rows per CTA
@@ -107,13 +108,14 @@ __global__ void __launch_bounds__(256) flashc_bwd_convert_dq_kernel(const __grid
     const int bh = (int)(blockIdx.x % BH), h = bh % p.a.H, b = bh / p.a.H;
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     if (i >= s.sq || d0 >= p.a.D) return;
-    const float *src = p.dq_acc + (ws_row(p, b, h, s) + i) * D + d0;
+    const int64_t r = ws_row(p, b, h, s) + i;
+    const float *src = p.dq_acc + r * D + d0, lse2 = p.lse2[r];
     uint16_t *dst = (uint16_t *)p.dq + b * p.dq_bs + (s.q_row0 + i) * p.dq_rs + h * p.dq_hs + d0;
     const float4 v0 = *(const float4 *)src, v1 = *(const float4 *)(src + 4);
     const float f[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     uint16_t y[8];
 #pragma unroll
-    for (int e = 0; e < 8; e++) y[e] = from_f32<T>(f[e] * p.a.scale);
+    for (int e = 0; e < 8; e++) y[e] = from_f32<T>(bwd_dq_out(f[e], p.a.scale, lse2));
     if (p.a.aligned) {
         *(uint4 *)dst = *(const uint4 *)y;
     } else {
@@ -590,7 +592,8 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_bwd_dq_kernel(const __grid
 #pragma unroll
             for (int nd = 0; nd < ND; nd++)
                 *(uint32_t *)(sQ + (wrow0 + mt * 16 + g + 8 * r) * LD + nd * 8 + 2 * c) =
-                    pack2<T>(dq[mt][nd][2 * r] * p.a.scale, dq[mt][nd][2 * r + 1] * p.a.scale);
+                    pack2<T>(bwd_dq_out(dq[mt][nd][2 * r], p.a.scale, L2[mt][r]),
+                             bwd_dq_out(dq[mt][nd][2 * r + 1], p.a.scale, L2[mt][r]));
     __syncwarp();
     uint16_t *dQg = (uint16_t *)p.dq + b * p.dq_bs + (s.q_row0 + m0 + wrow0) * p.dq_rs + h * p.dq_hs;
     store_tile<16 * MT, D, LD, 32>(dQg, p.dq_rs, sQ + wrow0 * LD, m_rows - wrow0, p.a.D, p.a.aligned, lane);

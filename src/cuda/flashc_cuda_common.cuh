@@ -258,6 +258,16 @@ static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key
     return (first_key_row + 31) / 32 * 32 + (int64_t)FP8_VT_GAP * b;
 }
 
+// dQ of a row as stored: scale * the sum of dS_ij K_j, or exactly 0 for a row that sees no key
+// (lse2 = +inf; DESIGN.md §1: zero gradients). Its dS_ij = P_ij (dP_ij - D_i) has P_ij = 0 but can
+// still be 0 * inf = NaN where a masked V_j holds an Inf, so the rule is applied per row where dQ
+// is written (flashc_bwd_convert_dq_kernel, the dQ kernels' epilogues), not per score in the loops:
+// there a select cost the sm90 backward 2-3% at D = 128 and 256 (H200, one process against none:
+// bench/results/h200-2026-12-02-s18.txt, calls 1-3), whether behind a branch or not.
+static __device__ __forceinline__ float bwd_dq_out(float acc, float scale, float lse2) {
+    return lse2 == INFINITY ? 0.f : acc * scale;
+}
+
 // The backward's logit of one raw score x = q.k, in log2 units up to its caller's factor sl2:
 // without a transform x itself (sl2 = scale log2 e); else softcap and ALiBi (dist = the query's
 // diagonal key minus this key) applied here (sl2 = 1), and *dsf = dy / d(softcap input) =

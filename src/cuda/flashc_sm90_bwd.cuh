@@ -896,12 +896,15 @@ __global__ void __launch_bounds__(384, 1)
     // --- epilogue: dQ_i = scale dQ -> smem [BM][D + 8] (over the K ring) -> dq --------------------
     bar_sync(4, NTHREADS); // both warpgroups are done with the K ring
     uint16_t *stQ = (uint16_t *)(sbase + OFF_K);
+    const int64_t wr = ws_row(p, b, h, s) + mm0 + r0; // padded rows hold +inf
+    const float l2[2] = {p.lse2[wr], p.lse2[wr + 8]};
 #pragma unroll
     for (int j = 0; j < 16; j++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
             *(uint32_t *)(stQ + (r0 + 8 * hh) * (D + 8) + 128 * wg + 8 * j + 2 * c) =
-                pack2<T>(dQ[4 * j + 2 * hh] * p.a.scale, dQ[4 * j + 2 * hh + 1] * p.a.scale);
+                pack2<T>(bwd_dq_out(dQ[4 * j + 2 * hh], p.a.scale, l2[hh]),
+                         bwd_dq_out(dQ[4 * j + 2 * hh + 1], p.a.scale, l2[hh]));
     bar_sync(4, NTHREADS);
     uint16_t *dQg = (uint16_t *)p.dq + b * p.dq_bs + (s.q_row0 + mm0) * p.dq_rs + h * p.dq_hs;
     store_tile<BM, D, D + 8, NTHREADS>(dQg, p.dq_rs, stQ, min(BM, s.sq - mm0), p.a.D, p.a.aligned, tid);
