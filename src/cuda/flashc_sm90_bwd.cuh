@@ -91,6 +91,24 @@ static __device__ __forceinline__ void sm90_load_stats(const flashc_bwd_params &
         }
 }
 
+// The same for the TMA kernel at BM = 64 (batch mode only, so r0 = ws_row + mm0 is a multiple of
+// BM and both arrays are 16-byte aligned): one warp copies both in 16-byte chunks, and the caller
+// carries r0 from step to step. H200, one process against sm90_load_stats by two warps after a
+// 64-bit ws_row every step (h200-2026-12-02-s18.txt call 5): D = 128 1.016-1.031x; at D = 64 (BM =
+// 128, two chunks a lane) 0.977-0.989x against its four warps, so D = 64 keeps those.
+template <int BM>
+static __device__ __forceinline__ void sm90_load_stats_warp(const flashc_bwd_params &p, int64_t r0, float *sL,
+                                                            float *sDl, int lane) {
+    constexpr int C = BM / 4; // 16-byte chunks of each array
+    static_assert(2 * C % 32 == 0, "whole warps of chunks");
+#pragma unroll
+    for (int c = lane; c < 2 * C; c += 32) {
+        const bool d = c >= C;
+        const int k = 4 * (d ? c - C : c);
+        cp_async_16(smem_u32((d ? sDl : sL) + k), (d ? p.delta : p.lse2) + r0 + k, 16);
+    }
+}
+
 // Q_i, dO_i (swizzled) and lse2_i, D_i of query block mm0 of head h.
 template <int BM, int D, int NTHREADS>
 static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params &p, const flashc_cuda_seq &s, int b,
@@ -308,6 +326,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     // bulk copies (call 7): 0.98-0.99x. The 3-stage mode (FLASHC_CUDA_SM90=4, not the default) keeps
     // the bulk copies.
     constexpr bool OWN_STATS = WS && STAGES == 2;
+    constexpr bool STATS_WARP = OWN_STATS && BM == 64; // sm90_load_stats_warp
     if (WS) {
         if (threadIdx.x == 0) {
             ring_init(full0, empty0, STAGES, NWG);
@@ -356,7 +375,13 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
         if (!WS)
             sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO,
                                                sL, sDl, tid);
-        if (OWN_STATS) sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, sL, sDl, tid);
+        // STATS_WARP: the loading warp (a lane-0 shuffle, so that ptxas branches the others over it)
+        // and the workspace row of the step's lse2_i, D_i (+ ws_rows_per_head a head, carried)
+        int64_t srow = ws_row(p, b, h_kv * p.a.group, s) + mb_begin * BM;
+        const bool stats_warp = STATS_WARP && __shfl_sync(0xffffffffu, tid >> 5, 0) == 0;
+        if (stats_warp) sm90_load_stats_warp<BM>(p, srow, sL, sDl, lane);
+        else if (OWN_STATS && !STATS_WARP)
+            sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, sL, sDl, tid);
         cp_async_commit();
 
         // the head, query block, ring slot and phase of step it, carried from step to step (no division
@@ -366,6 +391,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
         for (int it = 0; it < count; it++) {
             const int mm0 = mb * BM;
             const int mb_next = mb + 1 == mb_end ? mb_begin : mb + 1, h_next = mb + 1 == mb_end ? h + 1 : h;
+            const int64_t srow_next = srow + (mb + 1 == mb_end ? p.ws_rows_per_head - (int64_t)(n_mb - 1) * BM : BM);
             if (WS) {
                 if (it == 0) {
                     cp_async_wait<0>();      // K_j, V_j; OWN_STATS: step 0's lse2_i, D_i
@@ -380,7 +406,9 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 if (it == 0) bar_sync(4, NTHREADS);
                 if (OWN_STATS) { // the next step's, into slot st ^ 1
                     const int sn = st ^ 1;
-                    if (it + 1 < count)
+                    if (stats_warp && it + 1 < count)
+                        sm90_load_stats_warp<BM>(p, srow_next, sL + sn * BM, sDl + sn * BM, lane);
+                    else if (!STATS_WARP && it + 1 < count)
                         sm90_load_stats<BM, NTHREADS>(p, s, b, h_next, mb_next * BM, sL + sn * BM, sDl + sn * BM,
                                                       tid);
                     cp_async_commit();
@@ -508,6 +536,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             reg_fence(dV);
             mb = mb_next;
             h = h_next;
+            srow = srow_next;
             if (++st == STAGES) {
                 st = 0;
                 ph ^= 1;
