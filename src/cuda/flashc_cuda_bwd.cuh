@@ -8,7 +8,8 @@
 //                                the query blocks (and the query heads of its GQA group), keeps
 //                                dK_j and dV_j in registers, recomputes P_ij = exp2(S_ij - lse2_i),
 //                                and adds dQ_i += dS_ij K_j into an fp32 accumulator atomically
-//   flashc_bwd_convert_dq_kernel dq = scale * dq_acc in the input dtype and dq's strides
+//   flashc_bwd_convert_dq_kernel dq = scale * dq_acc in the input dtype and dq's strides (0 for
+//                                a row that sees no key: bwd_dq_out)
 // Deterministic mode: the dkdv kernel skips dQ, and flashc_bwd_dq_kernel computes dQ_i per query
 // block by walking the key blocks itself (recomputing S_ij and dP_ij: 3 more matmuls per block
 // pair, the price of bit-identical results with no atomics).
@@ -582,7 +583,7 @@ __global__ void __launch_bounds__(NWARPS * 32) flashc_bwd_dq_kernel(const __grid
         }
     }
 
-    // epilogue: dq = scale dQ_i, staged in this warp's rows of sQ (only this warp reads them)
+    // epilogue: dq = scale dQ_i (bwd_dq_out), staged in this warp's rows of sQ (only this warp reads them)
     cp_async_wait<0>();
     __syncwarp();
 #pragma unroll
@@ -627,7 +628,7 @@ cudaError_t flashc_cuda_bwd_prepass(flashc_bwd_params *p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-// After the main kernel in atomic mode: dq = scale * dq_acc.
+// After the main kernel in atomic mode: dq = scale * dq_acc (bwd_dq_out).
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_finish(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int ROWS = 256 / (D / 8);
