@@ -1522,141 +1522,79 @@ static void lse_null_check(tbackend *be) {
     ref_free(&R);
 }
 
-// The no-key checks' problem: batch 1, causal, Sq > Sk (queries 0 .. Sq - Sk - 1 see no key),
-// contiguous; q, k, v random on the host with key inf_key's V row Inf (kv head 0).
-static flashc_attn_desc nokey_problem(flashc_dtype dt, int SQ, int SK, int H, int HKV, int D, int inf_key, tc_rng *r,
-                                      void **q, void **k, void **v) {
-    flashc_attn_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = 1, desc.seqlen_q = SQ, desc.seqlen_k = SK, desc.heads = H, desc.heads_kv = HKV, desc.head_dim = D;
-    desc.dtype = dt, desc.causal = 1;
-    flashc_fill_contiguous_strides(&desc);
-    const size_t es = flashc__dtype_size(dt);
-    const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
-    *q = tc_alloc((size_t)nq * es), *k = tc_alloc((size_t)nk * es), *v = tc_alloc((size_t)nk * es);
-    for (int64_t e = 0; e < nq; e++) flashc__store(*q, e, dt, (float)tc_normal(r));
-    for (int64_t e = 0; e < nk; e++) flashc__store(*k, e, dt, (float)tc_normal(r)), flashc__store(*v, e, dt, (float)tc_normal(r));
-    for (int d = 0; d < D; d++) flashc__store(*v, (int64_t)inf_key * HKV * D + d, dt, INFINITY);
-    return desc;
-}
-
-// One case of nokey_inf_v_check: causal Sq > Sk, so queries 0 .. Sq - Sk - 1 see no key, and key
-// 0's V row is Inf: every other query sees it. The rows with no key must store O = 0 and lse = +inf
-// (not 0 * Inf = NaN from P V). Batch 1, in batch or varlen mode (the CUDA backend runs them on
-// different kernels and epilogues).
-static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int SK, int varlen) {
-    enum { H = 2, HKV = 1 };
+// One case of nokey_inf_v_check: causal, batch 1, H / H_kv = 2 / 1, Sq > Sk, so queries 0 .. Sq -
+// Sk - 1 see no key (R.qdead), and one key's V row is Inf, staged like every sweep case
+// (session_open: poisoned outputs, the backend's memory).
+// - Forward: key 0, which every other query sees. The rows with no key must store O = 0 and lse =
+//   +inf (not 0 * Inf = NaN from P V). Batch or varlen mode (the CUDA backend runs them on
+//   different kernels and epilogues).
+// - Backward (bwd): key Sk - 1. The rows with no key must get dQ exactly 0 (DESIGN.md §1): their
+//   P_ij = 0 times dP_ij = dO_i V_j^T = inf must not enter dS. (Rows that see other keys of a block
+//   holding the Inf get NaN from 0 * inf inside P V already in the forward, as in SDPA's math path
+//   and FlashAttention; no rule asks otherwise.) Both modes (det): the CUDA backend writes dQ in
+//   different places (the dq_acc conversion after the atomic kernels, the deterministic dQ
+//   kernels' epilogues: bwd_dq_out).
+static void nokey_inf_v_case(tbackend *be, flashc_dtype dt, int D, int SQ, int SK, int varlen, int bwd, int det) {
     char line[256];
-    snprintf(line, sizeof line, "rows with no key beside an Inf in V %s %s %s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
-             tc_dtype_name(dt), varlen ? "varlen" : "batch", SQ, SK, H, HKV, D);
+    if (bwd)
+        snprintf(line, sizeof line, "backward beside an Inf in V %s %s%s causal Sq=%d Sk=%d H=2/1 D=%d", be->name,
+                 tc_dtype_name(dt), det ? " deterministic" : "", SQ, SK, D);
+    else
+        snprintf(line, sizeof line, "rows with no key beside an Inf in V %s %s %s causal Sq=%d Sk=%d H=2/1 D=%d",
+                 be->name, tc_dtype_name(dt), varlen ? "varlen" : "batch", SQ, SK, D);
     if (!wanted(line)) return;
-    tc_rng r = tc_rng_make(g_seed, 0x1f + (uint64_t)D + (uint64_t)SQ);
-    void *q, *k, *v; // key 0: every query that sees a key sees it
-    flashc_attn_desc desc = nokey_problem(dt, SQ, SK, H, HKV, D, 0, &r, &q, &k, &v);
-    const int32_t cu[2][2] = {{0, SQ}, {0, SK}};
-    int32_t *dcu_q = varlen ? tc_dev_put(be->ctx, cu[0], sizeof cu[0]) : NULL;
-    int32_t *dcu_k = varlen ? tc_dev_put(be->ctx, cu[1], sizeof cu[1]) : NULL;
-    desc.cu_seqlens_q = dcu_q, desc.cu_seqlens_k = dcu_k;
-    if (flashc_supports(be->ctx, &desc) == FLASHC_ERR_UNSUPPORTED) {
+    tcase c = mk(1, 2, 1, SQ, SK, D, dt);
+    c.causal = 1;
+    if (varlen) set_varlen(&c, 1, &SQ, &SK);
+    tc_rng rng = tc_rng_make(g_seed, (bwd ? 0x2f : 0x1f) + (uint64_t)D + (uint64_t)SQ);
+    refdata R;
+    ref_build(&R, &c, &rng); // (its fp64 outputs are of the finite V: only qdead and the +inf lse rows are used)
+    const int inf_key = bwd ? SK - 1 : 0;
+    for (int d = 0; d < D; d++) R.v[(int64_t)inf_key * D + d] = INFINITY; // kv head 0
+    session s;
+    if (!session_open(&s, be->ctx, &c, &R, det)) {
+        tc_fail("%s: setup: %s", line, s.err);
+    } else if (flashc_supports(be->ctx, &s.d) == FLASHC_ERR_UNSUPPORTED) {
         tc_skip("%s: unsupported: %s", line, flashc_ctx_last_error(be->ctx));
-        tc_dev_free(be->ctx, cu[0], dcu_q), tc_dev_free(be->ctx, cu[1], dcu_k);
-        free(q), free(k), free(v);
-        return;
-    }
-    tc_running(line);
-    const size_t es = flashc__dtype_size(dt);
-    const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
-    void *o = tc_alloc((size_t)nq * es);
-    float *lse = tc_alloc(sizeof(float) * H * SQ);
-    for (int64_t e = 0; e < nq; e++) tc_store_nan(o, e, dt);
-    for (int e = 0; e < H * SQ; e++) lse[e] = NAN;
-    void *dq = tc_dev_put(be->ctx, q, (size_t)nq * es), *dk = tc_dev_put(be->ctx, k, (size_t)nk * es);
-    void *dv = tc_dev_put(be->ctx, v, (size_t)nk * es), *dout = tc_dev_put(be->ctx, o, (size_t)nq * es);
-    float *dlse = tc_dev_put(be->ctx, lse, sizeof(float) * H * SQ);
-    const flashc_status st = flashc_fwd(be->ctx, &desc, dq, dk, dv, dout, dlse, NULL, 0, NULL);
-    tc_dev_get(be->ctx, o, dout, (size_t)nq * es);
-    tc_dev_get(be->ctx, lse, dlse, sizeof(float) * H * SQ);
-    int bad = 0;
-    for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
-        for (int h = 0; h < H; h++) {
-            bad += !(isinf(lse[h * SQ + i]) && lse[h * SQ + i] > 0);
-            for (int d = 0; d < D; d++) bad += flashc__load(o, ((int64_t)i * H + h) * D + d, dt) != 0.0;
+    } else {
+        tc_running(line);
+        flashc_status st = session_fwd(&s, 0, 1);
+        if (st == FLASHC_OK && bwd) st = session_bwd(&s, 0);
+        const int t = bwd ? T_DQ : T_O;
+        const int64_t row = (int64_t)c.H * D, nq = s.m.tq * row;
+        float *x = tc_alloc(sizeof(float) * (size_t)nq);
+        int bad = 0, got = dbuf_get(be->ctx, &s.buf[s.P.v[t].buf]) && (bwd || dbuf_get(be->ctx, &s.lse));
+        if (st == FLASHC_OK && got) {
+            extract(&s, t, x);
+            for (int64_t e = 0; e < nq; e++) bad += R.qdead[e / row] && x[e] != 0.f;
+            const float *lse = (const float *)s.lse.host + LSE_GUARD;
+            for (int64_t n = 0; !bwd && n < s.n_lse; n++) bad += isinf(R.lse[n]) && lse[n] != INFINITY;
         }
-    if (st != FLASHC_OK) tc_fail("%s: flashc_fwd = %s: %s", line, flashc_status_string(st), flashc_ctx_last_error(be->ctx));
-    else if (bad) tc_fail("%s: %d values of the rows with no key are not 0 (o) / +inf (lse)", line, bad);
-    else tc_pass("%s", line);
-    tc_dev_free(be->ctx, q, dq), tc_dev_free(be->ctx, k, dk), tc_dev_free(be->ctx, v, dv);
-    tc_dev_free(be->ctx, o, dout), tc_dev_free(be->ctx, lse, dlse);
-    tc_dev_free(be->ctx, cu[0], dcu_q), tc_dev_free(be->ctx, cu[1], dcu_k);
-    free(q), free(k), free(v), free(o), free(lse);
-}
-
-// The backward beside an Inf in V: causal Sq > Sk, key Sk - 1's V row is Inf. Rows that see no key
-// must get dQ exactly 0 (DESIGN.md §1): their P_ij = 0 times dP_ij = dO_i V_j^T = inf must not
-// enter dS. (Rows that see other keys of a block holding the Inf get NaN from 0 * inf inside P V
-// already in the forward, as in SDPA's math path and FlashAttention; no rule asks otherwise.)
-// D = 64 / 128 / 256 and both modes: the CUDA backend writes dQ in different places (the dq_acc
-// conversion after the atomic kernels, the deterministic dQ kernels' epilogues: bwd_dq_out).
-static void nokey_inf_v_bwd_case(tbackend *be, flashc_dtype dt, int D, int SQ, int SK, int det) {
-    enum { H = 2, HKV = 1 };
-    char line[256];
-    snprintf(line, sizeof line, "backward beside an Inf in V %s %s%s causal Sq=%d Sk=%d H=%d/%d D=%d", be->name,
-             tc_dtype_name(dt), det ? " deterministic" : "", SQ, SK, H, HKV, D);
-    if (!wanted(line)) return;
-    tc_rng r = tc_rng_make(g_seed, 0x2f + (uint64_t)SQ + (uint64_t)D);
-    void *q, *k, *v;
-    flashc_attn_desc desc = nokey_problem(dt, SQ, SK, H, HKV, D, SK - 1, &r, &q, &k, &v);
-    desc.deterministic = det;
-    if (flashc_supports(be->ctx, &desc) == FLASHC_ERR_UNSUPPORTED) {
-        tc_skip("%s: unsupported: %s", line, flashc_ctx_last_error(be->ctx));
-        free(q), free(k), free(v);
-        return;
+        if (st != FLASHC_OK) tc_fail("%s: %s", line, flashc_ctx_last_error(be->ctx));
+        else if (!got) tc_fail("%s: copy back failed", line);
+        else if (bad && bwd) tc_fail("%s: %d dQ values of the rows with no key are not 0", line, bad);
+        else if (bad) tc_fail("%s: %d values of the rows with no key are not 0 (o) / +inf (lse)", line, bad);
+        else tc_pass("%s", line);
+        free(x);
     }
-    tc_running(line);
-    const size_t es = flashc__dtype_size(dt);
-    const int64_t nq = (int64_t)SQ * H * D, nk = (int64_t)SK * HKV * D;
-    void *o = tc_alloc((size_t)nq * es), *dout = tc_alloc((size_t)nq * es), *dq = tc_alloc((size_t)nq * es);
-    void *dk = tc_alloc((size_t)nk * es), *dv = tc_alloc((size_t)nk * es);
-    float *lse = tc_alloc(sizeof(float) * H * SQ);
-    for (int64_t e = 0; e < nq; e++) flashc__store(dout, e, dt, (float)tc_normal(&r)), tc_store_nan(o, e, dt), tc_store_nan(dq, e, dt);
-    for (int64_t e = 0; e < nk; e++) tc_store_nan(dk, e, dt), tc_store_nan(dv, e, dt);
-    for (int e = 0; e < H * SQ; e++) lse[e] = NAN;
-    void *gq = tc_dev_put(be->ctx, q, (size_t)nq * es), *gk = tc_dev_put(be->ctx, k, (size_t)nk * es);
-    void *gv = tc_dev_put(be->ctx, v, (size_t)nk * es), *go = tc_dev_put(be->ctx, o, (size_t)nq * es);
-    void *gdout = tc_dev_put(be->ctx, dout, (size_t)nq * es), *gdq = tc_dev_put(be->ctx, dq, (size_t)nq * es);
-    void *gdk = tc_dev_put(be->ctx, dk, (size_t)nk * es), *gdv = tc_dev_put(be->ctx, dv, (size_t)nk * es);
-    float *glse = tc_dev_put(be->ctx, lse, sizeof(float) * H * SQ);
-    flashc_status st = flashc_fwd(be->ctx, &desc, gq, gk, gv, go, glse, NULL, 0, NULL);
-    if (st == FLASHC_OK) st = flashc_bwd(be->ctx, &desc, gq, gk, gv, go, glse, gdout, gdq, gdk, gdv, NULL, 0, NULL);
-    tc_dev_get(be->ctx, dq, gdq, (size_t)nq * es);
-    int bad = 0;
-    for (int i = 0; i < SQ - SK; i++) // query i sees keys [0, i + SK - SQ]: none
-        for (int h = 0; h < H; h++)
-            for (int d = 0; d < D; d++) bad += flashc__load(dq, ((int64_t)i * H + h) * D + d, dt) != 0.0;
-    if (st != FLASHC_OK) tc_fail("%s: %s", line, flashc_ctx_last_error(be->ctx));
-    else if (bad) tc_fail("%s: %d dQ values of the rows with no key are not 0", line, bad);
-    else tc_pass("%s", line);
-    tc_dev_free(be->ctx, q, gq), tc_dev_free(be->ctx, k, gk), tc_dev_free(be->ctx, v, gv), tc_dev_free(be->ctx, o, go);
-    tc_dev_free(be->ctx, dout, gdout), tc_dev_free(be->ctx, dq, gdq), tc_dev_free(be->ctx, dk, gdk);
-    tc_dev_free(be->ctx, dv, gdv), tc_dev_free(be->ctx, lse, glse);
-    free(q), free(k), free(v), free(o), free(dout), free(dq), free(dk), free(dv), free(lse);
+    session_close(&s);
+    ref_free(&R);
 }
 
 // Every compiled CUDA head dim (their epilogues differ: TMA store at 64, register stores at 256),
 // one block whose rows split (4 / 2), a block of 128 or 192 rows with 120 empty ones (200 / 80),
 // and whole query blocks with no key before a split one (300 / 40).
 static void nokey_inf_v_check(tbackend *be) {
-    const flashc_dtype dts[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
     const int Ds[3] = {64, 128, 256}, shapes[3][2] = {{4, 2}, {200, 80}, {300, 40}};
     for (int di = 0; di < 3; di++)
         for (int dd = 0; dd < 3; dd++)
             for (int si = 0; si < 3; si++)
                 for (int varlen = 0; varlen < 2; varlen++)
-                    nokey_inf_v_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], varlen);
+                    nokey_inf_v_case(be, DT3[di], Ds[dd], shapes[si][0], shapes[si][1], varlen, 0, 0);
     for (int di = 0; di < 3; di++)
         for (int dd = 0; dd < 3; dd++)
             for (int si = 0; si < 2; si++)
-                for (int det = 0; det < 2; det++) nokey_inf_v_bwd_case(be, dts[di], Ds[dd], shapes[si][0], shapes[si][1], det);
+                for (int det = 0; det < 2; det++) nokey_inf_v_case(be, DT3[di], Ds[dd], shapes[si][0], shapes[si][1], 0, 1, det);
 }
 
 // ------------------------------------------------------------------------------------------------
