@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                                                                   // zeroes dq_acc up to round_up(sq, 128))
     static_assert(OFF_DQ % 1024 == 0 && BM * D * 4 == 2 * 16384, "dQ_i: two warpgroup tiles of 64 x 64 fp32");
     static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_smem(D, STAGES), "smem layout");
-    static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging");
+    static_assert(2 * BN * (D + 8) * 2 <= OFF_DS, "epilogue staging (below the dQ_i tile: see the epilogue)");
 
     const uint32_t raw = smem_u32(flashc_smem);
     const uint32_t base = (raw + 1023u) & ~1023u;
@@ -546,8 +546,9 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 
     // --- epilogue: dK_j = scale dK_j, dV_j -> smem ([BN][D + 8], over K_j, V_j) -> global, all BN
     //     rows the sequence owns (keys nobody saw get 0) ----------------------------------------
+    // The last step's dQ_i reduction is waited for at the end: the staging lies below the dQ_i tile
+    // (static_assert above), so the reduction runs under the stores.
     cp_async_wait<0>();
-    bulk_wait_all(); // the dQ reductions are done reading shared memory (and writing dq_acc)
     if (WS) bar_sync(4, NTHREADS);
     else __syncthreads();
     uint16_t *stK = (uint16_t *)sbase, *stV = stK + BN * (D + 8);
@@ -566,6 +567,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     uint16_t *dVg = (uint16_t *)p.dv + b * p.dv_bs + (s.k_row0 + n0) * p.dv_rs + h_kv * p.dv_hs;
     store_tile<BN, D, D + 8, NTHREADS>(dKg, p.dk_rs, stK, out_rows, p.a.D, p.a.aligned, tid);
     store_tile<BN, D, D + 8, NTHREADS>(dVg, p.dv_rs, stV, out_rows, p.a.D, p.a.aligned, tid);
+    bulk_wait_all(); // (the issuing threads) the dQ reductions are done with this CTA's shared memory
 #endif
 }
 
