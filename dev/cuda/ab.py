@@ -85,6 +85,9 @@ def ab_bwd(fa, fb, args):
             for S in (int(x) for x in args.seqlens.split(",")):
                 x = bg.training_inputs(fa, D, S, causal, bwd=True)
                 q, k, v, do, o, lse, d, ws = x.q, x.k, x.v, x.do, x.o, x.lse, x.d, x.ws
+                nb = fb.lib.flashc_bwd_workspace_size(fb.ctx, bg.ctypes.byref(d))  # B's may be larger
+                if nb > ws.numel():
+                    ws = torch.empty(nb, device="cuda", dtype=torch.uint8)
                 fl = 2.5 * bg.fwd_flops(x.B, x.H, S, D, causal)
                 fa.fwd(d, q, k, v, o, lse)
                 ga = [torch.empty_like(q) for _ in range(3)]
