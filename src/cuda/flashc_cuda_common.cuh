@@ -250,10 +250,11 @@ static __device__ __forceinline__ void query_blocks_of_keys(const flashc_cuda_at
 // where first_key_row is its first k/v row in key order (cu_seqlens_k[b], or b * Sk).
 // 32-aligned, so tiles start on 16 bytes, with FP8_VT_GAP columns between sequences: the next
 // sequence starts at least FP8_VT_GAP - 31 columns past this one's end, and flashc_fp8_vt_kernel
-// writes zeros from the end up to 128 columns past its last 32-key group, so a 128-key V^T tile
-// starting at any key of the sequence reads only this sequence's keys and zeros. With b = B and the
-// total key count: the row length, vt_cols.
-#define FP8_VT_GAP 192
+// writes zeros from the end up to FP8_VT_TILE columns past its last 32-key group, so a V^T tile of
+// up to FP8_VT_TILE keys starting at any key of the sequence reads only this sequence's keys and
+// zeros. With b = B and the total key count: the row length, vt_cols.
+#define FP8_VT_TILE 192 // the widest e4m3 key block (flashc_cuda_tune.h)
+#define FP8_VT_GAP (FP8_VT_TILE + 64)
 static __host__ __device__ __forceinline__ int64_t fp8_vt_col0(int64_t first_key_row, int b) {
     return (first_key_row + 31) / 32 * 32 + (int64_t)FP8_VT_GAP * b;
 }

@@ -63,8 +63,16 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // (the one clear loss: a static stride over heaviest-first tiles balances causal D = 256 worse
 // than the hardware's dynamic block order).
 // e4m3 (fp8, compiled for D = 128 and 256 only: an fp8 tile row of the head dim must fill the
-// 128-byte swizzle row; bn a multiple of 128 for the same reason on V^T): 2x128 ws, 3 / 2 stages;
-// H200 (same file, dev/cuda/bench_fp8.py) D = 128 S = 4096 / 16384: 737 / 823 TFLOP/s non-causal.
+// 128-byte swizzle row; V^T rows of bn bytes are 128-byte swizzle column blocks and at most one
+// 64-byte block): D = 256 2x128 ws, 2 stages; D = 128 2x192 ws, 3 stages (registers: S 96 + P 24 +
+// O 64 per consumer thread; 2x256 spilled 96 bytes and ptxas serialised its wgmmas). H200, one
+// process, 2x192 s3 against 2x128 s3 (dev/cuda/ab.py, bench/results/h200-2026-12-02-s20.txt call 1),
+// S = 512 / 1024 / 2048 / 4096 / 8192 / 16384: 0.89 / 0.93 / 1.02 / 1.04 / 1.07 / 1.08x, causal
+// 0.90 / 0.92 / 1.00 / 1.03 / 1.06 / 1.08x (946 against 879 TFLOP/s at 16384): the short rows
+// keep 2x128 (a 192-key block wastes more of a short row's last block, and fewer blocks pipeline).
+// So tuned, against the 2x128 of before (call 4): 1.00 / 1.00 / 1.02 / 1.04 / 1.08 / 1.08x, causal
+// 1.00 / 1.00 / 1.00 / 1.04 / 1.06 / 1.08x. 2x224 s2 (a 32-byte swizzle block on V^T) against 2x192
+// s3 (call 2): 0.94 / 0.99 / 0.99 / 1.00x at S = 2048-16384, causal 0.91-0.99x.
 // Rows that see fewer keys than flashc_cuda_fwd_sm90_short_keys (a row's span: Sk, or wl + wr + 1
 // where the window bounds both sides) take the short-row tile:
 // - D = 64, causal only (or a bounded right window): 2x128 instead of 3x128. H200, 2026-12-02
@@ -79,11 +87,13 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 //   stages with register stores: 1.00-1.01x, causal 1.00-1.03x (S <= 8192). The 8192-key bound is
 //   not a measured crossover: at 16384 the 3-stage kernel against itself read 0.986x (call 6), as
 //   far from 1 as the 2-stage tile; long rows keep the kernel they ran before.
+// - e4m3 D = 128: 2x128 below 2048 keys (above).
 static constexpr int flashc_cuda_fwd_sm90_short_keys(int D, bool fp8, bool causal) {
-    return fp8 ? 0 : D <= 64 ? (causal ? 4096 : 0) : D <= 128 ? 8192 : 0;
+    return fp8 ? (D <= 128 ? 2048 : 0) : D <= 64 ? (causal ? 4096 : 0) : D <= 128 ? 8192 : 0;
 }
 static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool short_rows = false) {
-    return fp8        ? (D <= 128 ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
+    return fp8        ? (D <= 128 ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 192, 8, 3, 0, 0, 0, 2})
+                                  : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
          : D <= 64   ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})
          : D <= 128  ? (short_rows ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2})
                      : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 2};
@@ -93,6 +103,8 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = fa
 // non-causal / causal TFLOP/s): ping-pong for D <= 128 (D = 128: 460/419 against lockstep
 // 389/358), lockstep for D = 256 (467/406 against ping-pong 398/387).
 static constexpr int flashc_cuda_fwd_sm90_fallback(int D) { return D <= 128 ? 1 : 0; }
+// Their key block: the tile's, but 128 for e4m3 (they write V^T in 128-byte column blocks only).
+static constexpr int flashc_cuda_fwd_sm90_fallback_bn(int bn, bool fp8) { return fp8 ? 128 : bn; }
 // Their stages: 3 at D <= 128, the depth they were measured with (the TMA kernel's 2 at D = 128
 // are for its O tile, which the cp.async loops do not have).
 static constexpr int flashc_cuda_fwd_sm90_fallback_stages(int D, int stages) { return D <= 128 ? 3 : stages; }
@@ -135,7 +147,8 @@ static constexpr int flashc_cuda_fwd_sm90_smem(int D, bool fp8 = false) {
     const int n = flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, false), D, fp8);
     const int c = flashc_cuda_fwd_sm90_smem_tile(flashc_cuda_tune_fwd_sm90(D, fp8, true), D, fp8);
     const flashc_cuda_tile t = flashc_cuda_tune_fwd_sm90(D, fp8, false); // the cp.async loops: 2 warpgroups
-    const int f = flashc_cuda_fwd_sm90_smem_of(128, t.bn, flashc_cuda_fwd_sm90_fallback_stages(D, t.stages), D, fp8 ? 1 : 2);
+    const int f = flashc_cuda_fwd_sm90_smem_of(128, flashc_cuda_fwd_sm90_fallback_bn(t.bn, fp8),
+                                               flashc_cuda_fwd_sm90_fallback_stages(D, t.stages), D, fp8 ? 1 : 2);
     return n > c ? (n > f ? n : f) : (c > f ? c : f);
 }
 

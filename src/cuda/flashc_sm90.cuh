@@ -62,6 +62,13 @@ static __device__ __forceinline__ uint64_t sm90_desc_kmajor(uint32_t tile, int r
                            SM90_DESC_HI);
 }
 
+// The same for a tile in the 64-byte swizzle (rows of 64 bytes, 2 k-steps a row; HOPPER-NOTES 2.3:
+// SBO = 8 rows * 64 B): the e4m3 V^T's last 64 keys where BN is an odd multiple of 64.
+static constexpr uint32_t SM90_DESC_HI_SW64 = (512 >> 4) | (2u << 30);
+static __device__ __forceinline__ uint64_t sm90_desc_kmajor_sw64(uint32_t tile, int kk) {
+    return sm90_desc_words(sm90_afield(tile) + (uint32_t)(kk * 2 + (1 << 16)), SM90_DESC_HI_SW64);
+}
+
 // MN-major B operand (V: rows = k, columns = N) of a tile with `rows` rows, k-step kk (rows
 // 16 kk .. 16 kk + 15): LBO = distance between 64-column blocks (rows * 128 B), SBO = 8 rows * 128 B,
 // +2048 B per k-step. Use with tnspB = 1 (wgmma_rs).
@@ -268,8 +275,9 @@ static __device__ __forceinline__ void reg_dealloc(void) {
 // swizzle, box {128 bytes, box_rows, 1, 1}: one 128-byte column block of box_rows rows, written
 // in the layout of sw128_offset. A dimension of extent 1 gets stride 16 (never used). False when
 // the driver refuses (strides not multiples of 16 or >= 2^40, ...): the caller falls back.
+// swz = 64: the 64-byte swizzle and boxes 64 bytes wide (the e4m3 V^T's last 64 keys at BN = 192).
 static inline bool sm90_tma_map(CUtensorMap *map, const void *base, int es, const uint64_t dim[4],
-                                const int64_t stride_bytes[3], int box_rows) {
+                                const int64_t stride_bytes[3], int box_rows, int swz = 128) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL; // a benign race: every thread stores the same pointer
     if (!encode) {
         void *fn = NULL;
@@ -290,12 +298,12 @@ static inline bool sm90_tma_map(CUtensorMap *map, const void *base, int es, cons
         if (dim[i + 1] > 1 && (stride_bytes[i] <= 0 || stride_bytes[i] % 16)) return false;
         st[i] = dim[i + 1] > 1 ? (cuuint64_t)stride_bytes[i] : 16;
     }
-    const cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1}, estr[4] = {1, 1, 1, 1};
+    const cuuint32_t box[4] = {(cuuint32_t)(swz / es), (cuuint32_t)box_rows, 1, 1}, estr[4] = {1, 1, 1, 1};
     return encode(map, es == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                        : es == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                   4, (void *)base, d, st,
-                  box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, swz == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

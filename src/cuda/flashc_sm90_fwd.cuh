@@ -147,9 +147,11 @@ static __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t sQ, uint
 // or for e4m3 V_j^T K-major (D rows).
 template <typename T, int D, int BN>
 static __device__ __forceinline__ void sm90_issue_pv(float *O, const uint32_t (*P)[4], uint32_t sV) {
-    if constexpr (sm90_elem<T>::FP8) {
+    if constexpr (sm90_elem<T>::FP8) { // BN / 128 column blocks of 128 bytes, then 64 keys in the 64B swizzle
+        constexpr int K128 = BN / 128 * 4; // k-steps in the 128-byte column blocks
 #pragma unroll
-        for (int kk = 0; kk < BN / 32; kk++) wgmma_rs<T, D>(O, P[kk], sm90_desc_kmajor(sV, D, 0, kk), 1);
+        for (int kk = 0; kk < BN / 32; kk++)
+            wgmma_rs<T, D>(O, P[kk], kk < K128 ? sm90_desc_kmajor(sV, D, 0, kk) : sm90_desc_kmajor_sw64(sV + K128 / 4 * D * 128, kk - K128), 1);
     } else {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(O, P[kk], sm90_desc_mnmajor(sV, BN, kk), 1);
@@ -390,7 +392,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
     // the Q region holds Q_i, then the (2-byte) O_i staged for the store
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * ES;
     static_assert(D * ES % 128 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
-    static_assert(!sm90_elem<T>::FP8 || BN % 128 == 0, "fp8: V^T rows of BN bytes fill 128-byte swizzle rows");
+    static_assert(!sm90_elem<T>::FP8 || (BN % 128 == 0 && BN <= FP8_VT_TILE), "fp8: V^T rows of BN bytes fill 128-byte swizzle rows");
     static_assert(STAGES >= 2 && STAGES <= 4, "K/V ring depth");
 
     // 1024-byte aligned tiles (the swizzle pattern repeats every 1024 B of absolute address)
@@ -567,6 +569,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 
 typedef struct flashc_sm90_maps {
     CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
+    CUtensorMap v64;     // e4m3 with BN an odd multiple of 64: V^T in 64-byte boxes (the 64B swizzle)
     CUtensorMap o;       // O in 64-row boxes, when o_tma
     int o_tma;           // the consumers store O_i by TMA from shared memory (sm90_fwd_store_tma)
 } flashc_sm90_maps;
@@ -714,7 +717,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * ES;
     static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
     static_assert(D * ES % 128 == 0 && BN % 16 == 0 && Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tile shape");
-    static_assert(!FP8 || BN % 128 == 0, "fp8: V^T rows of BN bytes fill 128-byte swizzle rows");
+    static_assert(!FP8 || (BN % 64 == 0 && BN <= FP8_VT_TILE), "fp8: V^T rows of BN bytes fill 128- and 64-byte swizzle rows");
 
     const uint32_t base = (smem_u32(flashc_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES, sO = sV0 + STAGES * KV_BYTES;
@@ -739,6 +742,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         tma_prefetch_map(&maps.q);
         tma_prefetch_map(&maps.k);
         tma_prefetch_map(&maps.v);
+        if constexpr (FP8 && BN % 128) tma_prefetch_map(&maps.v64);
         int kv = 0, qi = 0, rec = 0; // key blocks, Q tiles and records posted so far
         for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
@@ -771,9 +775,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 if (t > 0) { // V_t-1
                     const int u = kv + t - 1, st = u % STAGES, n0 = (nb_max - t) * BN;
                     const uint32_t bar = ring_acquire(fullV, emptyV, u, STAGES, KV_BYTES);
-                    if constexpr (FP8) // V^T: D rows of BN keys
-                        sm90_tma_rows<D, BN, 1>(sV0 + st * KV_BYTES, &maps.v, v_c0 + n0, 0, h_kv, 0, bar);
-                    else
+                    if constexpr (FP8) { // V^T: D rows of BN keys (128-byte column blocks, then 64 keys)
+                        sm90_tma_rows<D, BN / 128 * 128, 1>(sV0 + st * KV_BYTES, &maps.v, v_c0 + n0, 0, h_kv, 0, bar);
+                        if constexpr (BN % 128)
+                            tma_load_4d(sV0 + st * KV_BYTES + BN / 128 * D * 128, &maps.v64, v_c0 + n0 + BN / 128 * 128, 0,
+                                        h_kv, 0, bar);
+                    } else
                         sm90_tma_rows<BN, D * 2, 2>(sV0 + st * KV_BYTES, &maps.v, 0, k_r0 + n0, h_kv, qb, bar);
                 }
             }
@@ -889,16 +896,19 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 // ------------------------------------------------------------------------------------------------
 // the fp8 V^T: one CTA per (32-key group, kv head, sequence) transposes 32 keys x D bytes through
 // shared memory and writes D rows of 32 bytes, keys in the order of fp8_key_of_slot, zeros past the
-// sequence's end, and 4 more groups of zeros after its last (fp8_vt_col0: the TMA kernel's 128-key
-// tiles read up to 127 columns past the end). Reads and writes V once (32 MB at B * S = 16k,
-// H_kv = 16, D = 128: ~3% of that forward's time at 4 TB/s and ~700 TFLOP/s).
+// sequence's end, and FP8_VT_TILE / 32 more groups of zeros after its last (fp8_vt_col0: the
+// kernels' V^T tiles read up to BN - 1 columns past the end). Reads and writes V once (32 MB each
+// at B * S = 16k, H_kv = 16, D = 128). H200 (dev/cuda/kernel_times.py --e4m3,
+// bench/results/h200-2026-12-02-s20.txt call 4): 25 us at S = 4096, 4% of that e4m3 forward, 21% at
+// S = 512. One CTA per 128 keys (256 threads, 4 dims x 16 keys a thread as words through byte
+// permutes, every load issued before the first store) took 43 / 57 us: not kept.
 
 template <typename T> // T = __nv_fp8_e4m3 (a template only so that each instance file has its own)
 __global__ void __launch_bounds__(128) flashc_fp8_vt_kernel(const __grid_constant__ flashc_fwd_params p) {
     __shared__ __align__(16) uint8_t tile[32][256 + 16]; // + 16: rows start on different banks
     const int j0 = blockIdx.x * 32, hk = blockIdx.y, b = blockIdx.z, D = p.a.D;
     const flashc_cuda_seq s = cuda_seq(p.a, b);
-    if (j0 >= (s.sk_len + 31) / 32 * 32 + 128) return;
+    if (j0 >= (s.sk_len + 31) / 32 * 32 + FP8_VT_TILE) return;
     const uint8_t *vg = (const uint8_t *)p.v + b * p.v_bs + (s.k_row0 + j0) * p.v_rs + hk * p.v_hs;
     for (int i = threadIdx.x; i < 32 * D / 16; i += 128) {
         const int r = i / (D / 16), c = i % (D / 16);
@@ -965,7 +975,7 @@ static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *
     if constexpr (sm90_elem<T>::FP8) { // V^T: (vt_cols keys, D rows, H_kv heads), boxes of BN keys x D rows
         const uint64_t vdim[4] = {(uint64_t)p->vt_cols, (uint64_t)a.D, (uint64_t)a.H_kv, 1};
         const int64_t vst[3] = {p->vt_cols, (int64_t)a.D * p->vt_cols, 16};
-        return sm90_tma_map(&m->v, p->vt, 1, vdim, vst, D);
+        return sm90_tma_map(&m->v, p->vt, 1, vdim, vst, D) && (BN % 128 == 0 || sm90_tma_map(&m->v64, p->vt, 1, vdim, vst, D, 64));
     } else {
         const int64_t vst[3] = {p->v_rs * ES, p->v_hs * ES, p->v_bs * ES};
         return sm90_tma_map(&m->v, p->v, ES, kdim, vst, BN);
@@ -983,8 +993,8 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     const bool ws = LOOP == 2 && flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps, o_bytes > 0);
     // (3 warpgroups without a producer to take registers from spill: the fallback keeps 2)
     if (LOOP == 2 && !ws)
-        return flashc_cuda_fwd_sm90_run<T, D, 2, BN, flashc_cuda_fwd_sm90_fallback_stages(D, STAGES),
-                                        flashc_cuda_fwd_sm90_fallback(D)>(p, stream);
+        return flashc_cuda_fwd_sm90_run<T, D, 2, flashc_cuda_fwd_sm90_fallback_bn(BN, sm90_elem<T>::FP8),
+                                        flashc_cuda_fwd_sm90_fallback_stages(D, STAGES), flashc_cuda_fwd_sm90_fallback(D)>(p, stream);
     p->n_m_blocks = (p->a.Sq + NWG * 64 - 1) / (NWG * 64);
     const long long blocks = (long long)p->n_m_blocks * p->a.B * p->a.H;
     if (blocks == 0) return cudaSuccess;
@@ -1000,8 +1010,8 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     p->div_chunk = flashc_fastdiv_make((uint32_t)((p->tile_pairs ? (p->n_m_blocks + 1) / 2 : p->n_m_blocks) * p->bh_chunk));
     p->div_heads = flashc_fastdiv_make((uint32_t)p->bh_chunk);
     p->div_H = flashc_fastdiv_make((uint32_t)p->a.H);
-    if constexpr (sm90_elem<T>::FP8) { // V^T, and 4 groups of zeros past each sequence (fp8_vt_col0)
-        const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + 4), (unsigned)p->a.H_kv, (unsigned)p->a.B);
+    if constexpr (sm90_elem<T>::FP8) { // V^T, and FP8_VT_TILE columns of zeros past each sequence (fp8_vt_col0)
+        const dim3 grid((unsigned)((p->a.Sk + 31) / 32 + FP8_VT_TILE / 32), (unsigned)p->a.H_kv, (unsigned)p->a.B);
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
     }
     if constexpr (LOOP == 2) {
@@ -1028,8 +1038,9 @@ cudaError_t flashc_cuda_fwd_sm90_tuned(flashc_fwd_params *p, cudaStream_t stream
     constexpr int NWG = t.nwarps / 4, NWG_CP = NWG < 2 ? NWG : 2; // (the cp.async loops spill with 3)
     const int loop = p->sm90_pp ? p->sm90_pp - 1 : t.pingpong;
     constexpr int S_CP = flashc_cuda_fwd_sm90_fallback_stages(D, t.stages);
-    return loop == 0   ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, S_CP, 0>(p, stream)
-           : loop == 1 ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, t.bn, S_CP, 1>(p, stream)
+    constexpr int BN_CP = flashc_cuda_fwd_sm90_fallback_bn(t.bn, sm90_elem<T>::FP8);
+    return loop == 0   ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, BN_CP, S_CP, 0>(p, stream)
+           : loop == 1 ? flashc_cuda_fwd_sm90_run<T, D, NWG_CP, BN_CP, S_CP, 1>(p, stream)
                        : flashc_cuda_fwd_sm90_run<T, D, NWG, t.bn, t.stages, 2>(p, stream);
 }
 

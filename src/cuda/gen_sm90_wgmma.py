@@ -17,7 +17,7 @@ N_SS_T = [(64, 1, 1), (128, 0, 1), (128, 1, 1)]
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 # fp8 (e4m3, k32): both operands K-major, no transpose operands (HOPPER-NOTES 1.2, 1.5): S = Q K^T
 # with N = BN, O += P V^T with V^T K-major and N = D
-N_SS_FP8 = [128]
+N_SS_FP8 = [128, 192]
 N_RS_FP8 = [128, 256]
 
 
