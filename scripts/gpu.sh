@@ -9,7 +9,8 @@
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
 #      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
 #      BENCH_DECODE=0
-#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes) and on test_kvcache
+#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes), on test_kvcache
+#      and on test_fp8 --quick
 # Logs go to build/gpu-logs, or under the device tool's $OUT, where they end as gpu-logs.tar.gz beside
 # summary.txt and the results files; a short summary is printed last.
 # Without a GPU (no nvidia-smi, or no device), steps 2-4 are skipped with a message and it exits 0.
@@ -108,6 +109,8 @@ if want sanitize; then
                 --quick ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # the decode kernels and the merge: every KV-cache case (small caches)
             sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
+            # the e4m3 forward (its V^T pre-pass and both key-block tiles)
+            sanitize $tool "$tool (test_fp8)" fp8-$tool.log "$BUILD/test_fp8" --backend cuda --quick
         done
     else
         note "compute-sanitizer: not installed: skipped"
