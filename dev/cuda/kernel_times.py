@@ -5,6 +5,7 @@ activity trace of torch.profiler (kernel durations as the GPU ran them, launches
 
     python3 dev/cuda/kernel_times.py --lib build/libflashc.so --bwd --dims 64,128 --seqlens 512,2048,16384
     python3 dev/cuda/kernel_times.py --lib build/libflashc.so --decode 1:65536,16:16384
+    python3 dev/cuda/kernel_times.py --lib build/libflashc.so --e4m3 --dims 128 --seqlens 4096,16384
 
 Prints, per shape and implementation, each kernel's mean microseconds per call and its share, with
 its launch (grid, block, registers per thread, shared memory) as the trace records it. --decode
@@ -77,6 +78,7 @@ def main():
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--decode", default="")
+    ap.add_argument("--e4m3", action="store_true", help="the e4m3 forward (its V^T pre-pass and kernel) first")
     args = ap.parse_args()
     fc = bg.Flashc(os.path.abspath(args.lib))
     if args.decode:
@@ -89,6 +91,9 @@ def main():
         for S in map(int, args.seqlens.split(",")):
             x = bg.training_inputs(fc, D, S, args.causal, bwd=args.bwd)
             print(f"D={D} S={S} B={x.B} H={x.H} causal={int(args.causal)} {'bwd' if args.bwd else 'fwd'}")
+            if args.e4m3 and not args.bwd:
+                x = bg.training_inputs(fc, D, S, args.causal, e4m3=True)
+                show("flashc e4m3", kernel_table(lambda: fc.fwd(x.d8, x.q8, x.k8, x.v8, x.o8, x.lse), args.reps))
             fc.fwd(x.d, x.q, x.k, x.v, x.o, x.lse)
             if args.bwd:
                 g = [torch.empty_like(x.q) for _ in range(3)]
