@@ -6,7 +6,9 @@ previous commit built into another folder), timed interleaved on the same inputs
 
 Usage: python3 dev/cuda/ab.py --lib build/libflashc.so --lib2 build-base/libflashc.so [--bwd]
                               [--dims 128,256] [--seqlens 1024,4096,16384] [--dtypes bf16,e4m3]
-                              [--env2 FLASHC_CUDA_SM90=4]
+                              [--env2 FLASHC_CUDA_SM90=4] [--varlen]
+--varlen: the forward in varlen mode, 16k tokens packed from sequences of random lengths between S / 2
+and 3 S / 2 (fixed seed; the last one takes the rest), TFLOP/s of the sum over sequences.
 --env2 K=V[,K=V]: environment set only while B's context is created (the CUDA backend reads its
 FLASHC_* switches there), so one library can be timed against itself in another mode.
 """
@@ -32,6 +34,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--env2", default="")
+    ap.add_argument("--varlen", action="store_true")
     args = ap.parse_args()
     # a copy under another name, so that the loader keeps two libraries apart
     tmp = tempfile.mkdtemp()
@@ -50,6 +53,8 @@ def main():
     print(f"A = {args.lib}  B = {args.lib2}{'  with ' + args.env2 if env2 else ''}")
     if args.bwd:
         return ab_bwd(fa, fb, args)
+    if args.varlen:
+        return ab_varlen(fa, fb, args)
     for dt in args.dtypes.split(","):
         for D in (int(x) for x in args.dims.split(",")):
             if dt == "e4m3" and D == 64:
@@ -66,17 +71,55 @@ def main():
                     da, db = fa.desc(B, S, H, D, causal), fb.desc(B, S, H, D, causal)
                     if dt == "e4m3":
                         da.dtype = db.dtype = bg.FLASHC_DTYPE_E4M3
-                    t = [[], []]
-                    for _ in range(args.rounds):  # interleaved: the two see the same clocks
-                        t[0].append(bg.time_ms(lambda: fa.fwd(da, q, k, v, oa, lse), 10))
-                        t[1].append(bg.time_ms(lambda: fb.fwd(db, q, k, v, ob, lse), 10))
-                    ta, tb = (fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
-                    err = (oa.float() - ob.float()).abs().max().item()
-                    print(f"{dt:4s} D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  "
-                          f"B/A {tb / ta:.3f}  max|dO| {err:.2e}", flush=True)
+                    ab_fwd(f"{dt:4s} D={D:3d} causal={int(causal)} S={S:5d}", lambda: fa.fwd(da, q, k, v, oa, lse),
+                           lambda: fb.fwd(db, q, k, v, ob, lse), oa, ob, fl, args.rounds)
                     del q, k, v, oa, ob
                     torch.cuda.empty_cache()
     shutil.rmtree(tmp)
+
+
+def ab_fwd(label, run_a, run_b, oa, ob, flops, rounds):
+    """A and B timed interleaved (the two see the same clocks): median TFLOP/s, B / A, max |oa - ob|"""
+    t = [[], []]
+    for _ in range(rounds):
+        t[0].append(bg.time_ms(run_a, 10))
+        t[1].append(bg.time_ms(run_b, 10))
+    ta, tb = (flops / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
+    err = (oa.float() - ob.float()).abs().max().item()
+    print(f"{label}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  max|dO| {err:.2e}", flush=True)
+
+
+def varlen_lens(S, total=16384):
+    g = torch.Generator().manual_seed(S)
+    lens = []
+    while sum(lens) < total:
+        n = int(torch.randint(S // 2, 3 * S // 2 + 1, (1,), generator=g))
+        lens.append(min(n, total - sum(lens)))
+    return lens
+
+
+def ab_varlen(fa, fb, args):
+    for D in (int(x) for x in args.dims.split(",")):
+        H = 2048 // D
+        for causal in (False, True):
+            for S in (int(x) for x in args.seqlens.split(",")):
+                lens = varlen_lens(S)
+                T = sum(lens)
+                cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device="cuda", dtype=torch.int32)
+                fl = sum(bg.fwd_flops(1, H, n, D, causal) for n in lens)
+                q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                oa, ob = (torch.empty(T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                lse = torch.empty(H, T, device="cuda", dtype=torch.float32)
+                ds = []
+                for f in (fa, fb):
+                    d = f.desc(len(lens), max(lens), H, D, causal)
+                    d.cu_seqlens_q = d.cu_seqlens_k = cu.data_ptr()
+                    ds.append(d)
+                ab_fwd(f"varlen D={D:3d} causal={int(causal)} S~{S:5d} ({len(lens)} seqs)",
+                       lambda: fa.fwd(ds[0], q, k, v, oa, lse), lambda: fb.fwd(ds[1], q, k, v, ob, lse), oa, ob, fl,
+                       args.rounds)
+                del q, k, v, oa, ob
+                torch.cuda.empty_cache()
 
 
 def ab_bwd(fa, fb, args):

@@ -43,7 +43,7 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 // 240 / 160 per consumer thread with 2 / 3 consumer warpgroups), 1 = ping-pong with cp.async by
 // every thread, 0 = lockstep. Limits: registers S (bn / 2) + P (bn / 4) + O (D / 2) per consumer
 // thread; smem Q + 2 * stages K/V tiles <= 227 KB (D = 256, bn = 80, 2 stages: 225 KB). The
-// problems the TMA kernel does not take (bf16/f16 varlen or seqused_k) run the same tile on loop
+// problems the TMA kernel does not take (bases not 128-byte aligned) run the same tile on loop
 // flashc_cuda_fwd_sm90_fallback(D).
 // Measured by dev/cuda/fwd90_lab.cu on the H200 (2026-12-01, bench/results/h200-2026-12-01-ws-lab.txt),
 // bf16, B * S = 16k, hidden 2048, TFLOP/s at S = 1024 / 4096 / 16384, "NWGxBN sSTAGES", ws = loop 2:
@@ -97,6 +97,18 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = fa
          : D <= 64   ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})
          : D <= 128  ? (short_rows ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2})
                      : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 2};
+}
+
+// bf16/f16 varlen and seqused_k problems on the TMA kernel (its RAGGED instance, query blocks
+// paired per sequence) against the cp.async kernel they ran before, H200, one process
+// (dev/cuda/ab.py --varlen, bench/results/h200-2026-12-03-s21.txt call 6): 16k tokens in sequences
+// of S / 2 .. 3 S / 2 keys, S ~ 512 / 2048 / 8192: non-causal D = 64 1.20 / 1.42 / 1.54x, D = 128
+// 0.96 / 1.23 / 1.30x, D = 256 1.07 / 1.25 / 1.48x; causal D = 64 1.01 / 1.02 / 1.42x, D = 128
+// 1.01 / 1.02 / 1.17x, D = 256 1.09 / 1.10 / 1.24x. Non-causal D = 128 below 1024 keys (0.96-0.98x
+// in four runs, calls 3-6) keeps the cp.async kernel; 1024 lies between the measured points (sequences
+// of at most 768 and at least ~1024 keys), it is not a measured crossover. seqused_k: not measured.
+static constexpr bool flashc_cuda_fwd_sm90_ragged_tma(int D, bool causal, int max_sk) {
+    return !(D == 128 && !causal && max_sk < 1024);
 }
 
 // The loop of the problems the TMA kernel does not take (2026-11-29, same lab, S = 4096,

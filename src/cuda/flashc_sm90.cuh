@@ -192,6 +192,12 @@ static __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// The same without .noinc: the pending count is raised by one now and lowered when the loads land,
+// so the phase still waits for the arrivals it was initialised with (and for these loads).
+static __device__ __forceinline__ void cp_async_mbar_arrive_inc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Blocks until the phase with parity `parity` has completed (try_wait may time out: loop).
 static __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
@@ -333,12 +339,13 @@ static __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uin
 // ROWS x D tile from rows 0..nrows-1 of g (row stride rs), columns 0..Dact-1 (zero elsewhere),
 // into the swizzled layout at shared address tile; cp.async by NTHREADS threads, the caller
 // commits. Needs 16-byte aligned pointers and strides (the dispatch checks). With NTHREADS / (D / 8)
-// a multiple of 8, a thread's rows all have the same r & 7, so its swizzled chunk is fixed.
+// a multiple of 8, a thread's rows all have the same r & 7, so its swizzled chunk is fixed; else (one
+// warp) it is found per row.
 template <int ROWS, int D, int NTHREADS>
 static __device__ __forceinline__ void sm90_load_tile(uint32_t tile, const uint16_t *g, int64_t rs, int nrows,
                                                       int Dact, const void *safe, int tid) {
     constexpr int CPR = D / 8, RSTEP = NTHREADS / CPR;
-    static_assert(NTHREADS % CPR == 0 && RSTEP % 8 == 0, "thread shape");
+    static_assert(NTHREADS % CPR == 0, "thread shape");
     const int r0 = tid / CPR, c = tid % CPR;
     const bool col_ok = c * 8 < Dact;
     const uint16_t *src = g + (int64_t)r0 * rs + c * 8;
@@ -347,7 +354,7 @@ static __device__ __forceinline__ void sm90_load_tile(uint32_t tile, const uint1
 #pragma unroll 1
     for (int r = r0; r < ROWS; r += RSTEP) {
         const bool ok = col_ok && r < nrows;
-        cp_async_16(dst, ok ? (const void *)src : safe, ok ? 16 : 0);
+        cp_async_16(RSTEP % 8 == 0 ? dst : tile + sw128_offset(ROWS, r, c * 8), ok ? (const void *)src : safe, ok ? 16 : 0);
         src += step;
         dst += RSTEP * 128;
     }

@@ -5,9 +5,8 @@
 //
 // Two kernels share the math below. flashc_fwd_sm90_ws_kernel (the tuned one, persistent): a
 // producer warpgroup loads Q_i, K_j, V_j by TMA into mbarrier rings, NWG consumer warpgroups
-// compute. flashc_fwd_sm90_kernel (what the TMA maps do not take: bf16/f16 varlen and seqused_k,
-// bases not 128-byte aligned): no producer, every thread issues cp.async, which zero-fills
-// ragged tails itself.
+// compute. flashc_fwd_sm90_kernel (what the TMA maps do not take: bases not 128-byte aligned): no
+// producer, every thread issues cp.async, which zero-fills ragged tails itself.
 // A CTA's consumers are NWG warpgroups, each owning 64 query rows of the BM = 64 NWG rows of Q_i
 // (wgmma's M is 64), so m_i, l_i and O_i of a row stay in one warpgroup (in fact in one quad of
 // one warp, as in the mma.sync kernel). Tiles use the 128B-swizzled layout of flashc_sm90.cuh
@@ -214,14 +213,27 @@ static __device__ __forceinline__ void sm90_fwd_tile(const flashc_fwd_params &p,
 // bench/results/h200-2026-12-01-s10-order.txt, part 6), S = 512 .. 16384: causal D = 128 1.09-1.15x,
 // D = 256 1.15-1.25x, D = 64 1.01-1.04x, e4m3 1.01-1.11x; non-causal (groups only) D = 128
 // 0.995-1.05x, D = 256 1.00-1.14x (most at S = 512), D = 64 0.98-1.00x.
+// SEQ_PAIRS (the RAGGED kernel instances, in varlen mode): a pair is the blocks q and M_b - 1 - q
+// of sequence b's own M_b query blocks rather than of the longest sequence's M, where a short
+// sequence's blocks were all paired with empty ones. H200, one process, varlen causal, 16k tokens in
+// sequences of S / 2 .. 3 S / 2, S ~ 512 / 2048 / 8192, against the cp.async kernel
+// (bench/results/h200-2026-12-03-s21.txt calls 5-6): pairs of the longest sequence's blocks D = 64
+// 0.99 / 0.98 / 1.47x, D = 128 0.95 / 0.95 / 1.22x, D = 256 0.96 / 1.04 / 1.33x; no pairs 0.99 /
+// 1.29 / 1.30x, 0.96 / 1.19 / 1.26x, 1.03 / 1.15 / 1.17x; per sequence 1.01 / 1.02 / 1.42x, 1.01 /
+// 1.02 / 1.17x, 1.09 / 1.10 / 1.24x (kept: never below 1; no pairs would win at S ~ 2048).
+template <bool SEQ_PAIRS = false, int BM = 0>
 static __device__ __forceinline__ bool sm90_fwd_unit(const flashc_fwd_params &p, int v, int *m_block, int *b, int *h) {
     if (!p.tile_pairs) {
         sm90_fwd_tile(p, v, m_block, b, h);
         return true;
     }
-    const int M = p.n_m_blocks;
-    int q;
+    int M = p.n_m_blocks, q;
     sm90_fwd_split(p, v >> 1, (M + 1) / 2 * p.bh_chunk, &q, b, h);
+    if constexpr (SEQ_PAIRS) {
+        if (p.a.cu_q) M = (p.a.cu_q[*b + 1] - p.a.cu_q[*b] + BM - 1) / BM; // (pair q of M_b: empty if q > M_b - 1 - q)
+        *m_block = v & 1 ? q : M - 1 - q;
+        return v & 1 ? q < M - 1 - q : q <= M - 1 - q;
+    }
     *m_block = v & 1 ? q : M - 1 - q;
     return !((v & 1) && q == M - 1 - q);
 }
@@ -243,10 +255,10 @@ typedef struct sm90_fwd_work {
     flashc_cuda_seq s;
 } sm90_fwd_work;
 
-template <int BM, int BN>
+template <int BM, int BN, bool SEQ_PAIRS = false>
 static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params &p, int unit, sm90_fwd_work *w) {
     int m_block;
-    if (!sm90_fwd_unit(p, unit, &m_block, &w->b, &w->h)) return false;
+    if (!sm90_fwd_unit<SEQ_PAIRS, BM>(p, unit, &m_block, &w->b, &w->h)) return false;
     w->s = cuda_seq(p.a, w->b);
     w->m0 = m_block * BM;
     if (w->m0 >= w->s.sq) return false;
@@ -563,9 +575,10 @@ __global__ void __launch_bounds__(NWG * 128, 1) flashc_fwd_sm90_kernel(const __g
 //   block j - 1 - STAGES); then the last V.
 // TMA zero-fills rows past the tensor's extent and head-dim columns past p.a.D, so the batch-mode
 // bf16/f16 maps need nothing else. Rows inside the tensor but past the sequence (varlen: the next
-// sequence; seqused_k: an unused cache tail) would reach V_j with P_ij = 0, where a NaN there would
-// still poison O: those problems take the cp.async kernel. e4m3 reads V^T, zero past every
-// sequence (flashc_fp8_vt_kernel writes FP8_VT_GAP columns of zeros), so it runs here always.
+// sequence; seqused_k: an unused cache tail) would reach V_j with P_ij = 0, where an Inf or NaN
+// there would still poison O: K_j past the end is masked, and the one V_j holding the end comes
+// by cp.async, zero past it (sm90_fwd_ragged_v). e4m3 reads V^T, zero past every sequence
+// (flashc_fp8_vt_kernel writes FP8_VT_GAP columns of zeros).
 
 typedef struct flashc_sm90_maps {
     CUtensorMap q, k, v; // v: V, or for e4m3 V^T (the workspace)
@@ -706,7 +719,26 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
 // 1.00-1.09x at S = 512-2048 (causal D = 64 1.04-1.09x, e4m3 D = 128 1.02-1.05x), 0.98-1.02x at
 // 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
 // the lab: h200-2026-12-01-s9-own.txt.)
-template <typename T, int D, int NWG, int BN, int STAGES, int O_BYTES>
+// The ragged V_0 of tile w (bf16/f16, RAGGED in the kernel below) into ring slot st by the
+// producer's second warp, once thread 0 has seen the slot released (named barrier RAGGED_BAR): rows
+// past the sequence's end zero (cp.async zero-fill), completing on full[st]. Each lane's
+// cp.async.mbarrier.arrive raises the pending count now and lowers it when its loads land; lane 0
+// then gives the one arrival the phase was initialised with.
+#define RAGGED_BAR 5
+template <int D, int BN>
+static __device__ __forceinline__ void sm90_fwd_ragged_v(const flashc_fwd_params &p, const sm90_fwd_work &w, int st,
+                                                         uint32_t sV0, uint32_t fullV, int lane) {
+    constexpr uint32_t KV_BYTES = BN * D * 2;
+    const int n0 = (w.nb_max - 1) * BN;
+    const uint16_t *Vg = (const uint16_t *)p.v + w.b * p.v_bs + (w.s.k_row0 + n0) * p.v_rs + (int64_t)(w.h / p.a.group) * p.v_hs;
+    bar_sync(RAGGED_BAR, 64);
+    sm90_load_tile<BN, D, 32>(sV0 + st * KV_BYTES, Vg, p.v_rs, w.s.sk - n0, p.a.D, p.v, lane);
+    cp_async_mbar_arrive_inc(fullV + 8 * st);
+    __syncwarp(); // every lane's count is raised before lane 0 arrives
+    if (lane == 0) mbar_arrive(fullV + 8 * st);
+}
+
+template <typename T, int D, int NWG, int BN, int STAGES, int O_BYTES, bool RAGGED>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -736,9 +768,27 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     }
     __syncthreads();
 
+    // RAGGED (bf16/f16 varlen or seqused_k; its own instance, so that batch mode runs the code it ran
+    // before): rows of V past a sequence's end inside the tensor (the next sequence; the cache's
+    // unused tail) would reach O_i as P_ij = 0 times whatever they hold (0 * Inf = NaN), so the key
+    // block holding the end (the first of a tile: blocks run right to left) takes V_j by cp.async,
+    // zero past the end, from the producer's second warp. (e4m3 reads V^T, zero there.)
+    static_assert(!(FP8 && RAGGED), "e4m3 needs no ragged V");
+
     if (wg == 0) { // --- producer ---------------------------------------------------------------
         reg_dealloc<PRODUCER_REGS>();
-        if (tid != 0) return;
+        // Thread 0 issues every TMA load and runs the rings. If RAGGED, the second warp walks the
+        // same units and loads each ragged V_0 when thread 0 hands it the slot (sm90_fwd_ragged_v).
+        if (tid != 0) {
+            if (RAGGED && tid >= 32 && tid < 64)
+                for (int unit = sm90_fwd_unit_first(p), kv = 0; unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
+                    sm90_fwd_work w;
+                    if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w) || w.nb_max <= w.nb_min) continue;
+                    if (w.nb_max * BN > w.s.sk) sm90_fwd_ragged_v<D, BN>(p, w, kv % STAGES, sV0, fullV, tid - 32);
+                    kv += w.nb_max - w.nb_min;
+                }
+            return;
+        }
         tma_prefetch_map(&maps.q);
         tma_prefetch_map(&maps.k);
         tma_prefetch_map(&maps.v);
@@ -746,7 +796,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         int kv = 0, qi = 0, rec = 0; // key blocks, Q tiles and records posted so far
         for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
-            if (!sm90_fwd_work_of<BM, BN>(p, unit, &w)) continue;
+            if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w)) continue;
             const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
             // the tile's record, and Q_i where it has key blocks (after the consumers are done with
             // the previous Q_i and with the record two back, which shared this slot)
@@ -761,9 +811,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             mbar_expect_tx(fullQ, BM * D * ES);
             qi++;
             FLASHC_FWD_TRACE(0, qi - 1, 1);
-            // batch mode: coordinates (column, row, head, batch); varlen (e4m3 only): rows are packed
+            // batch mode: coordinates (column, row, head, batch); varlen: rows are packed
             const int h_kv = w.h / p.a.group, qb = p.a.cu_q ? 0 : w.b, k_r0 = (int)w.s.k_row0;
             const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, w.s, w.b) : 0;
+            const bool v0_cp = RAGGED && nb_max * BN > w.s.sk; // ragged V_0
             sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)w.s.q_row0 + w.m0, w.h, qb, fullQ);
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
@@ -772,7 +823,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                     sm90_tma_rows<BN, D * ES, ES>(sK0 + st * KV_BYTES, &maps.k, 0, k_r0 + (nb_max - 1 - t) * BN, h_kv,
                                                   qb, bar);
                 }
-                if (t > 0) { // V_t-1
+                if (t == 1 && v0_cp) { // V_0 (block nb_max - 1) holds the end
+                    mbar_wait(emptyV + 8 * (kv % STAGES), ((kv / STAGES) & 1) ^ 1);
+                    bar_arrive(RAGGED_BAR, 64); // the slot is free: the second warp loads it
+                } else if (t > 0) { // V_t-1
                     const int u = kv + t - 1, st = u % STAGES, n0 = (nb_max - t) * BN;
                     const uint32_t bar = ring_acquire(fullV, emptyV, u, STAGES, KV_BYTES);
                     if constexpr (FP8) { // V^T: D rows of BN keys (128-byte column blocks, then 64 keys)
@@ -809,6 +863,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
         const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
         const int row0 = m0 + trow;
+        const bool v0_cp = RAGGED && nb_max * BN > s.sk; // V_0 came by cp.async (generic proxy)
 
         float O[D / 2];
 #pragma unroll
@@ -828,6 +883,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 const int n0 = (nb_max - 1 - t) * BN;
                 float S[BN / 2];
                 mbar_wait(fullK + 8 * st, ph);
+                if (t == 1 && v0_cp) { // V_0 landed by cp.async: visible to this thread's wgmma (no wgmma in flight here)
+                    mbar_wait(fullV + 8 * pst, pph);
+                    fence_proxy_async_smem();
+                }
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 7);
                 bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
                 wgmma_fence();
@@ -865,6 +924,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             // the last O_i += P V
             const int lst = (kv + n_blocks - 1) % STAGES, lph = ((kv + n_blocks - 1) / STAGES) & 1;
             mbar_wait(fullV + 8 * lst, lph);
+            if (n_blocks == 1 && v0_cp) fence_proxy_async_smem();
             bar_sync(8 + c, 256);
             wgmma_fence();
             sm90_issue_pv<T, D, BN>(O, P, sV0 + lst * KV_BYTES);
@@ -952,13 +1012,12 @@ static inline int flashc_sm90_bh_chunk(const flashc_fwd_params *p) {
 }
 
 // The TMA maps of the warp-specialized kernel; false when the problem needs the cp.async kernel
-// (bf16/f16 varlen or seqused_k: see the kernel's comment) or the driver refuses a map.
+// (bases not 128-byte aligned) or the driver refuses a map.
 template <typename T, int D, int BM, int BN>
 static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *m, bool o_stage) {
     constexpr int ES = sm90_elem<T>::ES;
     const flashc_cuda_attn &a = p->a;
     const bool packed = a.cu_q != NULL;
-    if (!sm90_elem<T>::FP8 && (packed || a.seqused_k)) return false;
     // The programming guide asks 128-byte aligned bases of swizzled maps; the driver encodes 16-byte
     // ones, but loads from those were never checked on the H200 (HOPPER-NOTES 3.2, appendix B)
     if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)(sm90_elem<T>::FP8 ? (const void *)p->vt : p->v)) & 127)
@@ -990,7 +1049,9 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     constexpr int o_bytes = LOOP == 2 ? flashc_cuda_fwd_sm90_o_bytes(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES) : 0;
     constexpr int smem = flashc_cuda_fwd_sm90_smem_of(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES) + o_bytes;
     flashc_sm90_maps maps;
-    const bool ws = LOOP == 2 && flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps, o_bytes > 0);
+    const bool ragged = !sm90_elem<T>::FP8 && (p->a.cu_q || p->a.seqused_k);
+    const bool ws = LOOP == 2 && (!ragged || flashc_cuda_fwd_sm90_ragged_tma(D, p->a.window_right >= 0, p->a.Sk)) &&
+                    flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps, o_bytes > 0);
     // (3 warpgroups without a producer to take registers from spill: the fallback keeps 2)
     if (LOOP == 2 && !ws)
         return flashc_cuda_fwd_sm90_run<T, D, 2, flashc_cuda_fwd_sm90_fallback_bn(BN, sm90_elem<T>::FP8),
@@ -1015,7 +1076,10 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
     }
     if constexpr (LOOP == 2) {
-        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) = flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes>;
+        // varlen or seqused_k (bf16/f16): the instance that zeroes V past each sequence
+        constexpr bool FP8 = sm90_elem<T>::FP8;
+        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) =
+            ragged ? flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, !FP8> : flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, false>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         const long long units = p->tile_pairs ? (long long)(p->n_m_blocks + 1) / 2 * BH : blocks;
