@@ -720,7 +720,8 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
 // 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
 // the lab: h200-2026-12-01-s9-own.txt.)
 // The ragged V_0 of tile w (bf16/f16, RAGGED in the kernel below) into ring slot st by the
-// producer's second warp, once thread 0 has seen the slot released (named barrier RAGGED_BAR): rows
+// producer's second warp, once thread 0 has seen the slot released (both meet on named barrier
+// RAGGED_BAR, the second warp never waits on anything else, so it is always there): rows
 // past the sequence's end zero (cp.async zero-fill), completing on full[st]. Each lane's
 // cp.async.mbarrier.arrive raises the pending count now and lowers it when its loads land; lane 0
 // then gives the one arrival the phase was initialised with.
@@ -780,13 +781,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         // Thread 0 issues every TMA load and runs the rings. If RAGGED, the second warp walks the
         // same units and loads each ragged V_0 when thread 0 hands it the slot (sm90_fwd_ragged_v).
         if (tid != 0) {
-            if (RAGGED && tid >= 32 && tid < 64)
+            if (RAGGED && tid >= 32 && tid < 64) {
                 for (int unit = sm90_fwd_unit_first(p), kv = 0; unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
                     sm90_fwd_work w;
                     if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w) || w.nb_max <= w.nb_min) continue;
                     if (w.nb_max * BN > w.s.sk) sm90_fwd_ragged_v<D, BN>(p, w, kv % STAGES, sV0, fullV, tid - 32);
                     kv += w.nb_max - w.nb_min;
                 }
+                cp_async_commit();
+                cp_async_wait<0>(); // (this warp's last loads land before it exits)
+            }
             return;
         }
         tma_prefetch_map(&maps.q);
@@ -825,7 +829,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 }
                 if (t == 1 && v0_cp) { // V_0 (block nb_max - 1) holds the end
                     mbar_wait(emptyV + 8 * (kv % STAGES), ((kv / STAGES) & 1) ^ 1);
-                    bar_arrive(RAGGED_BAR, 64); // the slot is free: the second warp loads it
+                    // the slot is free: the second warp loads it. A sync, not an arrive: two arrivals of
+                    // this warp (tiles of one key block back to back) would complete the barrier alone
+                    bar_sync(RAGGED_BAR, 64);
                 } else if (t > 0) { // V_t-1
                     const int u = kv + t - 1, st = u % STAGES, n0 = (nb_max - t) * BN;
                     const uint32_t bar = ring_acquire(fullV, emptyV, u, STAGES, KV_BYTES);
@@ -1050,7 +1056,7 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     constexpr int smem = flashc_cuda_fwd_sm90_smem_of(NWG * 64, BN, STAGES, D, sm90_elem<T>::ES) + o_bytes;
     flashc_sm90_maps maps;
     const bool ragged = !sm90_elem<T>::FP8 && (p->a.cu_q || p->a.seqused_k);
-    const bool ws = LOOP == 2 && (!ragged || flashc_cuda_fwd_sm90_ragged_tma(D, p->a.window_right >= 0, p->a.Sk)) &&
+    const bool ws = LOOP == 2 && (!ragged || p->sm90_pp == 3 || flashc_cuda_fwd_sm90_ragged_tma(D, p->a.window_right >= 0, p->a.Sk)) &&
                     flashc_sm90_make_maps<T, D, NWG * 64, BN>(p, &maps, o_bytes > 0);
     // (3 warpgroups without a producer to take registers from spill: the fallback keeps 2)
     if (LOOP == 2 && !ws)
