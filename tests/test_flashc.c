@@ -1629,9 +1629,8 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
     char err[300] = "";
     for (int run = 0; run < 2 && !err[0]; run++) {
         if (run == 1) // poison the unseen key rows
-            for (int b = 0; b < c.B; b++) {
+            for (int b = used ? 0 : 1; b < (used ? c.B : 2); b++) {
                 const int64_t r0 = used ? (int64_t)b * c.Sk + c.uk[b] : m->cuk[b], r1 = used ? (int64_t)(b + 1) * c.Sk : m->cuk[b + 1];
-                if (!used && b != 1) continue;
                 for (int64_t e = r0 * c.Hkv * D; e < r1 * c.Hkv * D; e++) R.k[e] = NAN, R.v[e] = INFINITY;
             }
         session s;

@@ -229,13 +229,10 @@ static __device__ __forceinline__ bool sm90_fwd_unit(const flashc_fwd_params &p,
     }
     int M = p.n_m_blocks, q;
     sm90_fwd_split(p, v >> 1, (M + 1) / 2 * p.bh_chunk, &q, b, h);
-    if constexpr (SEQ_PAIRS) {
-        if (p.a.cu_q) M = (p.a.cu_q[*b + 1] - p.a.cu_q[*b] + BM - 1) / BM; // (pair q of M_b: empty if q > M_b - 1 - q)
-        *m_block = v & 1 ? q : M - 1 - q;
-        return v & 1 ? q < M - 1 - q : q <= M - 1 - q;
-    }
+    if (SEQ_PAIRS && p.a.cu_q) M = (p.a.cu_q[*b + 1] - p.a.cu_q[*b] + BM - 1) / BM;
     *m_block = v & 1 ? q : M - 1 - q;
-    return !((v & 1) && q == M - 1 - q);
+    // (with M_b < M, pair q may lie past the middle: both members empty)
+    return SEQ_PAIRS ? (v & 1 ? q < M - 1 - q : q <= M - 1 - q) : !((v & 1) && q == M - 1 - q);
 }
 
 // This CTA's walk: both members of pairs blockIdx.x, + gridDim.x, ... (or tiles, without pairs).
@@ -695,6 +692,43 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
     }
 }
 
+// RAGGED kernel instances (bf16/f16 varlen or seqused_k): whether tile w's first key block (block
+// nb_max - 1: blocks run right to left) holds the sequence's end, so that its V_j is loaded as below.
+template <int BN>
+static __device__ __forceinline__ bool sm90_fwd_ragged_v0(const sm90_fwd_work &w) { return w.nb_max * BN > w.s.sk; }
+
+// That V_0 into ring slot st by the producer's second warp, once thread 0 has seen the slot released
+// (both meet on named barrier RAGGED_BAR; the second warp never waits on anything else, so it is
+// always there): rows past the sequence's end zero (sm90_load_v's cp.async zero-fill), completing on
+// full[st]. Each lane's cp.async.mbarrier.arrive raises the pending count now and lowers it when its
+// loads land; lane 0 then gives the one arrival the phase was initialised with.
+#define RAGGED_BAR 5
+template <typename T, int D, int BN>
+static __device__ __forceinline__ void sm90_fwd_ragged_v(const flashc_fwd_params &p, const sm90_fwd_work &w, int st,
+                                                         uint32_t sV0, uint32_t fullV, int lane) {
+    const char *Vg = (const char *)p.v + (w.b * p.v_bs + w.s.k_row0 * p.v_rs + (int64_t)(w.h / p.a.group) * p.v_hs) * 2;
+    bar_sync(RAGGED_BAR, 64);
+    sm90_load_v<T, D, BN, 32>(p, sV0 + st * BN * D * 2, Vg, (w.nb_max - 1) * BN, w.s.sk, lane);
+    cp_async_mbar_arrive_inc(fullV + 8 * st);
+    __syncwarp(); // every lane's count is raised before lane 0 arrives
+    if (lane == 0) mbar_arrive(fullV + 8 * st);
+}
+
+// The second warp's walk: the same units as thread 0, the same key-block count kv, and the ragged
+// V_0 of each tile that has one; its last loads land before it exits.
+template <typename T, int D, int BM, int BN, int STAGES>
+static __device__ __forceinline__ void sm90_fwd_ragged_warp(const flashc_fwd_params &p, int n_units, uint32_t sV0,
+                                                            uint32_t fullV, int lane) {
+    for (int unit = sm90_fwd_unit_first(p), kv = 0; unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
+        sm90_fwd_work w;
+        if (!sm90_fwd_work_of<BM, BN, true>(p, unit, &w) || w.nb_max <= w.nb_min) continue;
+        if (sm90_fwd_ragged_v0<BN>(w)) sm90_fwd_ragged_v<T, D, BN>(p, w, kv % STAGES, sV0, fullV, lane);
+        kv += w.nb_max - w.nb_min;
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+}
+
 // Persistent: gridDim.x CTAs (one per SM) walk the units of sm90_fwd_unit (tiles, or pairs of
 // tiles that balance causal work) with a stride of gridDim.x, so a CTA's next Q_i and first K_j, V_j
 // load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
@@ -719,26 +753,6 @@ static __device__ __forceinline__ void sm90_fwd_store_tma(const flashc_fwd_param
 // 1.00-1.09x at S = 512-2048 (causal D = 64 1.04-1.09x, e4m3 D = 128 1.02-1.05x), 0.98-1.02x at
 // 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
 // the lab: h200-2026-12-01-s9-own.txt.)
-// The ragged V_0 of tile w (bf16/f16, RAGGED in the kernel below) into ring slot st by the
-// producer's second warp, once thread 0 has seen the slot released (both meet on named barrier
-// RAGGED_BAR, the second warp never waits on anything else, so it is always there): rows
-// past the sequence's end zero (cp.async zero-fill), completing on full[st]. Each lane's
-// cp.async.mbarrier.arrive raises the pending count now and lowers it when its loads land; lane 0
-// then gives the one arrival the phase was initialised with.
-#define RAGGED_BAR 5
-template <int D, int BN>
-static __device__ __forceinline__ void sm90_fwd_ragged_v(const flashc_fwd_params &p, const sm90_fwd_work &w, int st,
-                                                         uint32_t sV0, uint32_t fullV, int lane) {
-    constexpr uint32_t KV_BYTES = BN * D * 2;
-    const int n0 = (w.nb_max - 1) * BN;
-    const uint16_t *Vg = (const uint16_t *)p.v + w.b * p.v_bs + (w.s.k_row0 + n0) * p.v_rs + (int64_t)(w.h / p.a.group) * p.v_hs;
-    bar_sync(RAGGED_BAR, 64);
-    sm90_load_tile<BN, D, 32>(sV0 + st * KV_BYTES, Vg, p.v_rs, w.s.sk - n0, p.a.D, p.v, lane);
-    cp_async_mbar_arrive_inc(fullV + 8 * st);
-    __syncwarp(); // every lane's count is raised before lane 0 arrives
-    if (lane == 0) mbar_arrive(fullV + 8 * st);
-}
-
 template <typename T, int D, int NWG, int BN, int STAGES, int O_BYTES, bool RAGGED>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
@@ -781,16 +795,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         // Thread 0 issues every TMA load and runs the rings. If RAGGED, the second warp walks the
         // same units and loads each ragged V_0 when thread 0 hands it the slot (sm90_fwd_ragged_v).
         if (tid != 0) {
-            if (RAGGED && tid >= 32 && tid < 64) {
-                for (int unit = sm90_fwd_unit_first(p), kv = 0; unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
-                    sm90_fwd_work w;
-                    if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w) || w.nb_max <= w.nb_min) continue;
-                    if (w.nb_max * BN > w.s.sk) sm90_fwd_ragged_v<D, BN>(p, w, kv % STAGES, sV0, fullV, tid - 32);
-                    kv += w.nb_max - w.nb_min;
-                }
-                cp_async_commit();
-                cp_async_wait<0>(); // (this warp's last loads land before it exits)
-            }
+            if constexpr (RAGGED)
+                if (tid >= 32 && tid < 64) sm90_fwd_ragged_warp<T, D, BM, BN, STAGES>(p, n_units, sV0, fullV, tid - 32);
             return;
         }
         tma_prefetch_map(&maps.q);
@@ -818,7 +824,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             // batch mode: coordinates (column, row, head, batch); varlen: rows are packed
             const int h_kv = w.h / p.a.group, qb = p.a.cu_q ? 0 : w.b, k_r0 = (int)w.s.k_row0;
             const int v_c0 = FP8 ? (int)fp8_vt_seq_col0(p.a, w.s, w.b) : 0;
-            const bool v0_cp = RAGGED && nb_max * BN > w.s.sk; // ragged V_0
+            const bool v0_cp = RAGGED && sm90_fwd_ragged_v0<BN>(w);
             sm90_tma_rows<BM, D * ES, ES>(sQ, &maps.q, 0, (int)w.s.q_row0 + w.m0, w.h, qb, fullQ);
             for (int t = 0; t <= n_blocks; t++) {
                 if (t < n_blocks) { // K_t
@@ -869,7 +875,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
         const float sl2 = p.a.transform ? 1.f : p.a.scale_log2;
         const int row0 = m0 + trow;
-        const bool v0_cp = RAGGED && nb_max * BN > s.sk; // V_0 came by cp.async (generic proxy)
+        const bool v0_cp = RAGGED && sm90_fwd_ragged_v0<BN>(w); // V_0 came by cp.async (generic proxy)
 
         float O[D / 2];
 #pragma unroll
