@@ -1597,11 +1597,54 @@ static void nokey_inf_v_check(tbackend *be) {
                 for (int det = 0; det < 2; det++) nokey_inf_v_case(be, DT3[di], Ds[dd], shapes[si][0], shapes[si][1], 0, 1, det);
 }
 
+// One gradient of the two runs. cls per row: 0 unchecked, 1 |x1 - x0| <= 2^-6 |x0| + 2^-9 amax
+// (amax: max |x0| over the class-1 elements) with both finite, 2 exactly 0 in both runs.
+// Appends findings to msg; returns the worst |x1 - x0| / bound seen.
+static double unseen_grad_cmp(const char *name, const float *g0, const float *g1, const uint8_t *cls, int64_t rows,
+                              int64_t row, char *msg, size_t n) {
+    double amax = 0, worst = 0, worst_d = 0, worst_b = 0;
+    int64_t n_chk = 0, nf0 = 0, nf1 = 0, n_off = 0, n_zero = 0, worst_r = -1;
+    for (int64_t e = 0; e < rows * row; e++)
+        if (cls[e / row] == 1 && isfinite(g0[e]) && fabs((double)g0[e]) > amax) amax = fabs((double)g0[e]);
+    for (int64_t e = 0; e < rows * row; e++) {
+        if (cls[e / row] == 2) {
+            n_zero += g0[e] != 0.f || g1[e] != 0.f;
+            continue;
+        }
+        if (cls[e / row] != 1) continue;
+        n_chk++;
+        nf0 += !isfinite(g0[e]), nf1 += !isfinite(g1[e]);
+        if (!isfinite(g0[e]) || !isfinite(g1[e])) continue;
+        const double d = fabs((double)g1[e] - (double)g0[e]), b = 0x1p-6 * fabs((double)g0[e]) + 0x1p-9 * amax;
+        n_off += d > b;
+        const double ratio = b > 0 ? d / b : d > 0 ? INFINITY : 0;
+        if (ratio > worst) worst = ratio, worst_d = d, worst_b = b, worst_r = e / row;
+    }
+    size_t k = strlen(msg);
+    if (nf0)
+        k += (size_t)snprintf(msg + k, n - k, " | %s: %lld of %lld checked values NaN / Inf in the run on finite data", name,
+                              (long long)nf0, (long long)n_chk);
+    if (nf1 && k < n)
+        k += (size_t)snprintf(msg + k, n - k, " | %s: %lld of %lld checked values NaN / Inf in the poisoned run", name,
+                              (long long)nf1, (long long)n_chk);
+    if (n_off && k < n)
+        k += (size_t)snprintf(msg + k, n - k, " | %s: %lld of %lld values beyond tolerance (worst: row %lld, |diff| %.3g > %.3g)",
+                              name, (long long)n_off, (long long)n_chk, (long long)worst_r, worst_d, worst_b);
+    if (n_zero && k < n)
+        snprintf(msg + k, n - k, " | %s: %lld values of the key rows past seqused_k not 0", name, (long long)n_zero);
+    return worst;
+}
+
 // Key rows that no checked query may see hold K = NaN and V = Inf: varlen, all of sequence 1 (the
 // CUDA forward loads key blocks by TMA, which reads past a sequence's end into the next one);
 // seqused_k (batch mode), every row past seqused_k (the cache's unused tail). Masked scores give
 // P = 0, but 0 * Inf in P V is NaN, so those rows must never reach P V: O and lse of sequences 0
 // and 2 (varlen) or of every sequence (seqused_k) must be bit-identical to a run on finite data.
+// Varlen also poisons sequence 1's Q (NaN) and dO (+Inf): its tiles sit next to 0's and 2's in
+// every packed tensor, so a backward block that strays across a boundary picks them up.
+// The backward runs from each run's own O and lse; its dQ is summed in fp32 by atomics on CUDA, so
+// the checked dQ / dK / dV rows are compared within a tolerance, not bitwise. Key rows at and past
+// seqused_k are seen by no query: their dK / dV must be exactly 0 in both runs.
 // Every compiled CUDA head dim (key blocks of 128, 128 and 80), GQA, causal and not; seqlen_k >= 1024,
 // so that the CUDA forward runs its TMA kernel (flashc_cuda_fwd_sm90_ragged_tma). The clean run's
 // checked rows must be free of NaN (else two NaN runs would compare equal).
@@ -1624,15 +1667,18 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
     refdata R;
     ref_build(&R, &c, &rng);
     const dims *m = &R.m;
-    float *x[2] = {NULL, NULL}, *l[2] = {NULL, NULL};
-    const int64_t row = (int64_t)c.H * D, nq = m->tq * row;
+    float *x[2] = {NULL, NULL}, *l[2] = {NULL, NULL}, *g[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
+    const int64_t row = (int64_t)c.H * D, nq = m->tq * row, rowk = (int64_t)c.Hkv * D, nk = m->tk * rowk;
     char err[300] = "";
     for (int run = 0; run < 2 && !err[0]; run++) {
-        if (run == 1) // poison the unseen key rows
+        if (run == 1) { // poison the unseen key rows (and varlen: sequence 1's queries and dO)
             for (int b = used ? 0 : 1; b < (used ? c.B : 2); b++) {
                 const int64_t r0 = used ? (int64_t)b * c.Sk + c.uk[b] : m->cuk[b], r1 = used ? (int64_t)(b + 1) * c.Sk : m->cuk[b + 1];
                 for (int64_t e = r0 * c.Hkv * D; e < r1 * c.Hkv * D; e++) R.k[e] = NAN, R.v[e] = INFINITY;
             }
+            if (!used)
+                for (int64_t e = m->cuq[1] * row; e < m->cuq[2] * row; e++) R.q[e] = NAN, R.dout[e] = INFINITY;
+        }
         session s;
         if (!session_open(&s, be->ctx, &c, &R, 0)) {
             snprintf(err, sizeof err, "setup: %s", s.err);
@@ -1645,6 +1691,18 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
                 extract(&s, T_O, x[run]);
                 l[run] = tc_alloc(sizeof(float) * (size_t)s.n_lse);
                 memcpy(l[run], (const float *)s.lse.host + LSE_GUARD, sizeof(float) * (size_t)s.n_lse);
+                // the backward, from this session's O and lse (still in the backend's memory)
+                const int ts[3] = {T_DQ, T_DK, T_DV};
+                st = session_bwd(&s, 0);
+                if (st != FLASHC_OK) snprintf(err, sizeof err, "flashc_bwd: %s", flashc_ctx_last_error(be->ctx));
+                for (int i = 0; i < 3 && !err[0]; i++) {
+                    if (!dbuf_get(be->ctx, &s.buf[s.P.v[ts[i]].buf])) {
+                        snprintf(err, sizeof err, "copy back failed");
+                        break;
+                    }
+                    g[run][i] = tc_alloc(sizeof(float) * (size_t)(i ? nk : nq));
+                    extract(&s, ts[i], g[run][i]);
+                }
             }
         }
         session_close(&s);
@@ -1665,11 +1723,31 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
                 n_nan += isnan(l[0][li]);
             }
         }
-        if (n_nan) tc_fail("%s: %lld NaN in O / lse of the run on finite data", line, (long long)n_nan);
-        else if (bad_o || bad_l) tc_fail("%s: %lld of %lld rows of O and %lld lse values changed", line, (long long)bad_o, (long long)n_chk, (long long)bad_l);
-        else tc_pass("%s  %lld rows bit-identical", line, (long long)n_chk);
+        char msg[1024] = "";
+        if (n_nan) snprintf(msg, sizeof msg, " | %lld NaN in O / lse of the run on finite data", (long long)n_nan);
+        else if (bad_o || bad_l)
+            snprintf(msg, sizeof msg, " | %lld of %lld rows of O and %lld lse values changed", (long long)bad_o, (long long)n_chk,
+                     (long long)bad_l);
+        // backward rows: dQ as the forward's; dK / dV, varlen: keys of sequences 0 and 2; seqused_k:
+        // keys below seqused_k within tolerance, the rest exactly 0
+        uint8_t *cq = tc_alloc((size_t)m->tq + 1), *ck = tc_alloc((size_t)m->tk + 1);
+        for (int64_t r = 0; r < m->tq; r++) cq[r] = used || r < m->cuq[1] || r >= m->cuq[2];
+        for (int64_t r = 0; r < m->tk; r++)
+            ck[r] = used ? (r % c.Sk < c.uk[r / c.Sk] ? 1 : 2) : (uint8_t)(r < m->cuk[1] || r >= m->cuk[2]);
+        static const char *gname[3] = {"dQ", "dK", "dV"};
+        double worst = 0;
+        for (int i = 0; i < 3; i++) {
+            double w = unseen_grad_cmp(gname[i], g[0][i], g[1][i], i ? ck : cq, i ? m->tk : m->tq, i ? rowk : row, msg, sizeof msg);
+            if (w > worst) worst = w;
+        }
+        free(cq), free(ck);
+        if (msg[0]) tc_fail("%s%s", line, msg);
+        else tc_pass("%s  %lld rows bit-identical (fwd), dQ/dK/dV within tolerance (worst %.2g of bound)", line, (long long)n_chk, worst);
     }
-    for (int run = 0; run < 2; run++) free(x[run]), free(l[run]);
+    for (int run = 0; run < 2; run++) {
+        free(x[run]), free(l[run]);
+        for (int i = 0; i < 3; i++) free(g[run][i]);
+    }
     ref_free(&R);
 }
 
