@@ -7,8 +7,9 @@ previous commit built into another folder), timed interleaved on the same inputs
 Usage: python3 dev/cuda/ab.py --lib build/libflashc.so --lib2 build-base/libflashc.so [--bwd]
                               [--dims 128,256] [--seqlens 1024,4096,16384] [--dtypes bf16,e4m3]
                               [--env2 FLASHC_CUDA_SM90=4] [--varlen]
---varlen: the forward in varlen mode, 16k tokens packed from sequences of random lengths between S / 2
-and 3 S / 2 (fixed seed; the last one takes the rest), TFLOP/s of the sum over sequences.
+--varlen: the forward (with --bwd, the backward) in varlen mode, 16k tokens packed from sequences of
+random lengths between S / 2 and 3 S / 2 (fixed seed; the last one takes the rest), TFLOP/s of the
+sum over sequences.
 --env2 K=V[,K=V]: environment set only while B's context is created (the CUDA backend reads its
 FLASHC_* switches there), so one library can be timed against itself in another mode.
 """
@@ -51,10 +52,10 @@ def main():
         else:
             os.environ[k] = v
     print(f"A = {args.lib}  B = {args.lib2}{'  with ' + args.env2 if env2 else ''}")
-    if args.bwd:
-        return ab_bwd(fa, fb, args)
     if args.varlen:
         return ab_varlen(fa, fb, args)
+    if args.bwd:
+        return ab_bwd(fa, fb, args)
     for dt in args.dtypes.split(","):
         for D in (int(x) for x in args.dims.split(",")):
             if dt == "e4m3" and D == 64:
@@ -115,9 +116,26 @@ def ab_varlen(fa, fb, args):
                     d = f.desc(len(lens), max(lens), H, D, causal)
                     d.cu_seqlens_q = d.cu_seqlens_k = cu.data_ptr()
                     ds.append(d)
-                ab_fwd(f"varlen D={D:3d} causal={int(causal)} S~{S:5d} ({len(lens)} seqs)",
-                       lambda: fa.fwd(ds[0], q, k, v, oa, lse), lambda: fb.fwd(ds[1], q, k, v, ob, lse), oa, ob, fl,
-                       args.rounds)
+                label = f"varlen D={D:3d} causal={int(causal)} S~{S:5d} ({len(lens)} seqs)"
+                if not args.bwd:
+                    ab_fwd(label, lambda: fa.fwd(ds[0], q, k, v, oa, lse), lambda: fb.fwd(ds[1], q, k, v, ob, lse),
+                           oa, ob, fl, args.rounds)
+                else:  # both from A's forward; the workspace sized for the larger of the two
+                    fa.fwd(ds[0], q, k, v, oa, lse)
+                    do = torch.randn_like(q)
+                    nw = max(f.lib.flashc_bwd_workspace_size(f.ctx, bg.ctypes.byref(d)) for f, d in zip((fa, fb), ds))
+                    ws = torch.empty(nw, device="cuda", dtype=torch.uint8)
+                    ga = [torch.empty_like(q) for _ in range(3)]
+                    gb = [torch.empty_like(q) for _ in range(3)]
+                    t = [[], []]
+                    for _ in range(args.rounds):
+                        t[0].append(bg.time_ms(lambda: fa.bwd(ds[0], q, k, v, oa, lse, do, *ga, ws), 7))
+                        t[1].append(bg.time_ms(lambda: fb.bwd(ds[1], q, k, v, oa, lse, do, *gb, ws), 7))
+                    ta, tb = (2.5 * fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
+                    err = max((a.float() - b.float()).abs().max().item() for a, b in zip(ga, gb))
+                    print(f"bwd {label}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  max|dqkv A - B| {err:.2e}",
+                          flush=True)
+                    del do, ws, ga, gb
                 del q, k, v, oa, ob
                 torch.cuda.empty_cache()
 

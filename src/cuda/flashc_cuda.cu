@@ -339,9 +339,9 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
 //                                     that the kernels add to; a varlen sequence's rows after
 //                                     those (up to its 128-row gap) are never written nor read.
 // The atomic mode's fp32 dQ accumulator, except at head dim 256 on Hopper: the wgmma kernels there
-// add no atomics, and what they leave to the mma.sync kernels (tensors without 16-byte access,
-// varlen, seqused_k) runs those kernels' deterministic dQ (1.14x the time of their atomic one, on
-// those rare problems) rather than every D = 256 backward reserving rows x 1 KB it never uses.
+// add no atomics, and what they leave to the mma.sync kernels (tensors without 16-byte access, or
+// TMA maps the driver refuses) runs those kernels' deterministic dQ (1.14x the time of their atomic
+// one, on those rare problems) rather than every D = 256 backward reserving rows x 1 KB it never uses.
 static int dq_acc_needed(const flashc_ctx *ctx, const flashc_problem *p) {
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     return !p->deterministic && !(pv->sm90 && padded_head_dim(p->D) == 256);

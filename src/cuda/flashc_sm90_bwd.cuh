@@ -122,6 +122,19 @@ static __device__ __forceinline__ void sm90_load_q_block(const flashc_bwd_params
     sm90_load_stats<BM, NTHREADS>(p, s, b, h, mm0, sL, sDl, tid);
 }
 
+// Rows r0 .. ROWS - 1 of the two ROWS x D tiles at tA, tB (swizzled, D / 64 column blocks of ROWS
+// x 128 bytes) set to zero by NTHREADS threads, 16 bytes a store. Whole rows, so the swizzle does
+// not matter.
+template <int ROWS, int D, int NTHREADS>
+static __device__ __forceinline__ void sm90_zero_rows(char *tA, char *tB, int r0, int tid) {
+    const int n = (ROWS - r0) * 8; // 16-byte chunks of a column block's rows r0 ..
+#pragma unroll
+    for (int cb = 0; cb < 2 * (D / 64); cb++) { // (tile A's column blocks, then tile B's)
+        char *t = (cb < D / 64 ? tA + cb * ROWS * 128 : tB + (cb - D / 64) * ROWS * 128) + r0 * 128;
+        for (int k = tid; k < n; k += NTHREADS) *(uint4 *)(t + k * 16) = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
 // X_w Y_i^T for this warpgroup's 64 keys, one commit group: X = K_j or V_j (BN x D tile at sX), Y =
 // Q_i or dO_i (BM x D at sY), both K-major, K = D in steps of 16: S^T = K Q^T, dP^T = V dO^T.
 // Descriptors from the tiles' start fields (sm90_desc_f; the largest layout is 227 KB).
@@ -274,14 +287,23 @@ typedef struct flashc_sm90_bwd_maps {
 // STAGES-deep ring on
 // full / empty mbarriers (the forward's scheme), and
 // setmaxnreg gives the 2 consumer warpgroups 240 registers; the consumers meet on named
-// barrier 4 where the plain kernel has __syncthreads. Batch mode without seqused_k only (the maps
-// zero rows past Sq; a packed sequence's neighbour rows would reach dV through P = 0).
-template <typename T, int D, bool WS, int STAGES>
+// barrier 4 where the plain kernel has __syncthreads. K_j and V_j come by cp.async, zero past
+// seqused_k; the maps zero the rows of Q_i and dO_i past Sq.
+// RAGGED (varlen, WS on 2 stages): the maps are of the packed rows, so the query block that holds
+// a sequence's end brings the next sequence's Q and dO rows, and dO = Inf there would reach dK_j
+// and dV_j through 0 x Inf (P^T = 0 masks those queries, but dP^T = V dO^T does not, and dK +=
+// dS^T Q, dV += P^T dO multiply them). The consumers zero those rows of the slot before its first
+// wgmma, in that step only (sm90_zero_rows). An instance of its own, as the forward's RAGGED, so
+// that the batch-mode kernels stay as they are. H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2,
+// dev/cuda/ab.py --varlen --bwd, 16k tokens, sequences of ~512 / 2048 / 8192) against the cp.async
+// mode varlen ran before: D = 64 1.08-1.33x, D = 128 1.14-1.38x.
+template <typename T, int D, bool WS, int STAGES, bool RAGGED = false>
 __global__ void __launch_bounds__(128 * (2 + WS), 1)
     flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int NWG = 2, BM = flashc_sm90_bwd_bm(D), BN = 64 * NWG, NTHREADS = 128 * NWG;
     static_assert(WS || STAGES == 2, "the cp.async mode double-buffers");
+    static_assert(!RAGGED || (WS && STAGES == 2), "RAGGED: the consumers' own lse2_i, D_i loads (4-byte: ws rows of a sequence are not 16-byte aligned)");
     // dQ_i over all BN keys: at D = 128 warpgroup w adds columns 64 w .. 64 w + 63 of the BM = 64
     // rows (COLS); at D = 64, rows 64 w .. 64 w + 63 of the BM = 128 (all 64 columns)
     constexpr bool COLS = D >= 128;
@@ -326,7 +348,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     // bulk copies (call 7): 0.98-0.99x. The 3-stage mode (FLASHC_CUDA_SM90=4, not the default) keeps
     // the bulk copies.
     constexpr bool OWN_STATS = WS && STAGES == 2;
-    constexpr bool STATS_WARP = OWN_STATS && BM == 64; // sm90_load_stats_warp
+    constexpr bool STATS_WARP = OWN_STATS && BM == 64 && !RAGGED; // sm90_load_stats_warp
     if (WS) {
         if (threadIdx.x == 0) {
             ring_init(full0, empty0, STAGES, NWG);
@@ -341,8 +363,9 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 for (int it = 0; it < count; it++) {
                     const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
                     const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q + (OWN_STATS ? 0 : 2 * BM * 4));
-                    sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
-                    sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
+                    const int row = RAGGED ? s.q_row0 + mm0 : mm0, bm = RAGGED ? 0 : b; // RAGGED: packed rows
+                    sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, row, h, bm, bar);
+                    sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, row, h, bm, bar);
                     if (!OWN_STATS) {
                         const int64_t r0 = ws_row(p, b, h, s) + mm0; // padded: rows past sq hold (+inf, 0)
                         bulk_load(base + OFF_L + st * BM * 4, p.lse2 + r0, BM * 4, bar);
@@ -403,7 +426,12 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 // read by step it - 2's dQ wgmmas, which each warpgroup finished before arriving
                 // at step it - 1's barrier; OWN_STATS: slot st ^ 1 was last read before that
                 // barrier too, and the loads into it are waited for before this step's.
-                if (it == 0) bar_sync(4, NTHREADS);
+                if (RAGGED && mm0 + BM > s.sq) { // the next sequence's rows: zeroed before anyone reads
+                    sm90_zero_rows<BM, D, NTHREADS>(sbase + OFF_Q + st * TILE_Q, sbase + OFF_DO + st * TILE_Q, s.sq - mm0, tid);
+                    fence_proxy_async_smem(); // -> visible to both warpgroups' wgmmas after the barrier
+                    bar_sync(4, NTHREADS);
+                } else if (it == 0)
+                    bar_sync(4, NTHREADS);
                 if (OWN_STATS) { // the next step's, into slot st ^ 1
                     const int sn = st ^ 1;
                     if (stats_warp && it + 1 < count)
@@ -593,8 +621,10 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 // Warpgroup 0 is a TMA producer as in the D <= 128 kernel, for Q_i and dO_i only: each thread
 // reads its 8 lse2_i and D_i values from global memory (L2) while S^T and dP^T run (racecheck
 // flagged the bulk copies into shared memory against the consumers' reads, though an mbarrier
-// ordered them). Batch mode without seqused_k only, like there (the launcher runs the mma.sync
-// kernel for the rest).
+// ordered them). RAGGED (varlen, seqused_k): both kernels take packed rows and zero the rows past
+// a sequence's end in shared memory (sm90_zero_rows), Q_i / dO_i here, K_j / V_j in the dQ kernel
+// (there by TMA); H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2, dev/cuda/ab.py --varlen --bwd,
+// against the mma.sync kernels varlen ran before): 1.56-2.16x.
 // Tried and not kept: steps rotated by n_block, so that concurrent CTAs of a head add to
 // different dQ_i rows (with the atomics): 0.95-1.0x.
 
@@ -604,7 +634,7 @@ static constexpr __host__ __device__ int flashc_sm90_bwd256_smem(int STAGES) {
     return 2 * 64 * 256 * 2 + 2 * STAGES * FLASHC_SM90_BWD_BM * 256 * 2 + 2 * 64 * FLASHC_SM90_BWD_BM * 2 + 64 + 1024;
 }
 
-template <typename T, int STAGES>
+template <typename T, int STAGES, bool RAGGED = false>
 __global__ void __launch_bounds__(384, 1)
     flashc_bwd_sm90_dkdv256_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -643,8 +673,9 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < count; it++) {
                 const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
                 const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q);
-                sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, mm0, h, b, bar);
-                sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, mm0, h, b, bar);
+                const int row = RAGGED ? s.q_row0 + mm0 : mm0, bm = RAGGED && p.a.cu_q ? 0 : b; // varlen: packed rows
+                sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, row, h, bm, bar);
+                sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO + st * TILE_Q, &maps.dout, 0, row, h, bm, bar);
             }
         }
         return;
@@ -675,6 +706,11 @@ __global__ void __launch_bounds__(384, 1)
             const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
             const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
             mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i landed
+            if (RAGGED && mm0 + BM > s.sq) { // varlen: the next sequence's rows, zeroed (flashc_bwd_sm90_kernel)
+                sm90_zero_rows<BM, D, NTHREADS>(sbase + OFF_Q + st * TILE_Q, sbase + OFF_DO + st * TILE_Q, s.sq - mm0, tid);
+                fence_proxy_async_smem();
+                bar_sync(4, NTHREADS);
+            }
 
             // S^T_w = K_j Q_w^T, dP^T_w = V_j dO_w^T: two groups, K = D in 16 steps
             float S[16], dP[16];
@@ -686,9 +722,9 @@ __global__ void __launch_bounds__(384, 1)
             const int64_t r0 = ws_row(p, b, h, s) + mm0 + qw + 2 * c;
             float2 l2[4], dl[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                l2[j] = *(const float2 *)(p.lse2 + r0 + 8 * j);
-                dl[j] = *(const float2 *)(p.delta + r0 + 8 * j);
+            for (int j = 0; j < 4; j++) { // RAGGED: a sequence's rows start anywhere, so no float2 loads
+                l2[j] = RAGGED ? make_float2(p.lse2[r0 + 8 * j], p.lse2[r0 + 8 * j + 1]) : *(const float2 *)(p.lse2 + r0 + 8 * j);
+                dl[j] = RAGGED ? make_float2(p.delta[r0 + 8 * j], p.delta[r0 + 8 * j + 1]) : *(const float2 *)(p.delta + r0 + 8 * j);
             }
             const int mm_last = min(mm0 + BM, s.sq) - 1;
             const bool masked = !(n0 >= key_lo(p.a, mm_last, s.sq, s.sk) && n0 + BN <= key_hi(p.a, mm0, s.sq, s.sk));
@@ -815,7 +851,7 @@ static __device__ __forceinline__ void sm90_p_rows(float (&S)[16], const flashc_
 }
 #endif
 
-template <typename T, int STAGES>
+template <typename T, int STAGES, bool RAGGED = false>
 __global__ void __launch_bounds__(384, 1)
     flashc_bwd_sm90_dq256_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -854,14 +890,15 @@ __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x == 0 && n_blocks > 0) {
             tma_prefetch_map(&maps.k);
             tma_prefetch_map(&maps.v);
+            const int bm = RAGGED && p.a.cu_q ? 0 : b, q_row0 = RAGGED ? s.q_row0 : 0, k_row0 = RAGGED ? s.k_row0 : 0; // varlen: packed rows
             mbar_expect_tx(fullQ, 2 * TILE_Q);
-            sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q, &maps.q, 0, mm0, h, b, fullQ);
-            sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO, &maps.dout, 0, mm0, h, b, fullQ);
+            sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q, &maps.q, 0, q_row0 + mm0, h, bm, fullQ);
+            sm90_tma_rows<BM, D * 2, 2>(base + OFF_DO, &maps.dout, 0, q_row0 + mm0, h, bm, fullQ);
             for (int t = 0; t < n_blocks; t++) {
                 const int st = t % STAGES, n0 = (nb_min + t) * BN;
                 const uint32_t bar = ring_acquire(full0, empty0, t, STAGES, 2 * TILE_K);
-                sm90_tma_rows<BN, D * 2, 2>(base + OFF_K + st * TILE_K, &maps.k, 0, n0, h_kv, b, bar);
-                sm90_tma_rows<BN, D * 2, 2>(base + OFF_V + st * TILE_K, &maps.v, 0, n0, h_kv, b, bar);
+                sm90_tma_rows<BN, D * 2, 2>(base + OFF_K + st * TILE_K, &maps.k, 0, k_row0 + n0, h_kv, bm, bar);
+                sm90_tma_rows<BN, D * 2, 2>(base + OFF_V + st * TILE_K, &maps.v, 0, k_row0 + n0, h_kv, bm, bar);
             }
         }
         return;
@@ -881,11 +918,23 @@ __global__ void __launch_bounds__(384, 1)
         const float l2[2] = {p.lse2[wr], p.lse2[wr + 8]}, dl[2] = {p.delta[wr], p.delta[wr + 8]};
         const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
         mbar_wait(fullQ, 0);
+        if (RAGGED && mm0 + BM > s.sq) { // varlen: the next sequence's rows, zeroed (flashc_bwd_sm90_kernel)
+            sm90_zero_rows<BM, D, NTHREADS>(sbase + OFF_Q, sbase + OFF_DO, s.sq - mm0, tid);
+            fence_proxy_async_smem();
+        }
 
         for (int t = 0; t < n_blocks; t++) {
             const int st = t % STAGES, n0 = (nb_min + t) * BN;
             const uint32_t sK = base + OFF_K + st * TILE_K, sV = base + OFF_V + st * TILE_K;
             mbar_wait(full0 + 8 * st, (t / STAGES) & 1); // K_j, V_j landed
+            // RAGGED: key rows past sk (the next sequence's, or past seqused_k) zeroed, as Q_i's:
+            // V = Inf there reaches dQ through dS = 0 x Inf. The barrier also orders Q_i's zeros.
+            if (RAGGED && (n0 + BN > s.sk || (t == 0 && mm0 + BM > s.sq))) {
+                if (n0 + BN > s.sk)
+                    sm90_zero_rows<BN, D, NTHREADS>(sbase + OFF_K + st * TILE_K, sbase + OFF_V + st * TILE_K, s.sk - n0, tid);
+                fence_proxy_async_smem();
+                bar_sync(4, NTHREADS);
+            }
 
             float S[16], dP[16];
             wgmma_fence();
@@ -943,15 +992,15 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // The TMA maps: Q and dO (boxes of BM rows x 64 columns), and with kv (the D = 256 dQ kernel) K and
-// V (64 rows); false (the caller falls back) for varlen, seqused_k, bases not 128-byte aligned (as
-// flashc_sm90_make_maps) or strides the driver refuses.
+// V (64 rows); varlen: of the packed rows. False (the caller falls back) for bases not 128-byte
+// aligned (as flashc_sm90_make_maps) or strides the driver refuses.
 template <int D>
 static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m, bool kv) {
     const flashc_cuda_attn &a = p->a;
-    if (a.cu_q || a.seqused_k) return false;
+    const bool packed = a.cu_q != NULL;
     if (((uintptr_t)p->q | (uintptr_t)p->dout | (kv ? (uintptr_t)p->k | (uintptr_t)p->v : 0)) & 127) return false;
-    const uint64_t dim[4] = {(uint64_t)a.D, (uint64_t)a.Sq, (uint64_t)a.H, (uint64_t)a.B};
-    const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)a.Sk, (uint64_t)a.H_kv, (uint64_t)a.B};
+    const uint64_t dim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_q : a.Sq), (uint64_t)a.H, (uint64_t)(packed ? 1 : a.B)};
+    const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_k : a.Sk), (uint64_t)a.H_kv, (uint64_t)(packed ? 1 : a.B)};
     const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
     const int64_t kst[3] = {p->k_rs * 2, p->k_hs * 2, p->k_bs * 2}, vst[3] = {p->v_rs * 2, p->v_hs * 2, p->v_bs * 2};
     return sm90_tma_map(&m->q, p->q, 2, dim, qst, flashc_sm90_bwd_bm(D)) &&
@@ -970,17 +1019,24 @@ static bool flashc_sm90_bwd_dq_map(const flashc_bwd_params *p, CUtensorMap *m) {
     return sm90_tma_map(m, p->dq_acc, 4, dim, st, 64);
 }
 
-template <typename T, int D, bool WS, int STAGES>
-static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, flashc_sm90_bwd_maps maps, cudaStream_t stream) {
-    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps, false)) return flashc_cuda_bwd_sm90_main<T, D, false, 2>(p, maps, stream);
+template <typename T, int D, bool WS, int STAGES, bool RAGGED = false>
+static cudaError_t flashc_cuda_bwd_sm90_run(flashc_bwd_params *p, const flashc_sm90_bwd_maps &maps, cudaStream_t stream) {
     constexpr int smem = flashc_sm90_bwd_smem(D, STAGES), BN = 128;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, WS, STAGES>;
+    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED>;
     cudaError_t e;
     if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
     if (blocks) k<<<(unsigned)blocks, 128 * (2 + WS), smem, stream>>>(*p, maps);
     return cudaGetLastError();
+}
+
+// WS: the cp.async mode where the maps cannot be made; varlen on the RAGGED instance (2 stages).
+template <typename T, int D, bool WS, int STAGES>
+static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, flashc_sm90_bwd_maps maps, cudaStream_t stream) {
+    if (WS && !flashc_sm90_bwd_make_maps<D>(p, &maps, false)) return flashc_cuda_bwd_sm90_run<T, D, false, 2>(p, maps, stream);
+    if (WS && p->a.cu_q) return flashc_cuda_bwd_sm90_run<T, D, true, 2, true>(p, maps, stream);
+    return flashc_cuda_bwd_sm90_run<T, D, WS, STAGES>(p, maps, stream);
 }
 
 // dQ_acc zero and pre-pass, the kernel above, dQ conversion (flashc_cuda_bwd.cuh).
@@ -1000,11 +1056,15 @@ static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t 
     p->dq_acc = NULL; // the pre-pass zeroes no dq_acc
     cudaError_t e;
     if ((e = flashc_cuda_bwd_prepass<T, 256>(p, stream)) != cudaSuccess) return e;
-    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_dkdv256_kernel<T, STAGES>;
+    // varlen, seqused_k: the RAGGED instances (rows past a sequence's end zeroed in shared memory)
+    const bool ragged = p->a.cu_q || p->a.seqused_k;
+    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
+        ragged ? flashc_bwd_sm90_dkdv256_kernel<T, STAGES, true> : flashc_bwd_sm90_dkdv256_kernel<T, STAGES>;
     if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
     if (blocks) k<<<(unsigned)blocks, 384, smem, stream>>>(*p, maps);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_dq256_kernel<T, STAGES>;
+    void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
+        ragged ? flashc_bwd_sm90_dq256_kernel<T, STAGES, true> : flashc_bwd_sm90_dq256_kernel<T, STAGES>;
     if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
     if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps);
     return cudaGetLastError();
