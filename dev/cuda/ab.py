@@ -6,7 +6,7 @@ previous commit built into another folder), timed interleaved on the same inputs
 
 Usage: python3 dev/cuda/ab.py --lib build/libflashc.so --lib2 build-base/libflashc.so [--bwd]
                               [--dims 128,256] [--seqlens 1024,4096,16384] [--dtypes bf16,e4m3]
-                              [--env2 FLASHC_CUDA_SM90=4] [--varlen]
+                              [--env2 FLASHC_CUDA_SM90=4] [--varlen] [--det]
 --varlen: the forward (with --bwd, the backward) in varlen mode, 16k tokens packed from sequences of
 random lengths between S / 2 and 3 S / 2 (fixed seed; the last one takes the rest), TFLOP/s of the
 sum over sequences.
@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--env2", default="")
     ap.add_argument("--varlen", action="store_true")
+    ap.add_argument("--det", action="store_true", help="--bwd in the deterministic mode")
     args = ap.parse_args()
     # a copy under another name, so that the loader keeps two libraries apart
     tmp = tempfile.mkdtemp()
@@ -146,6 +147,7 @@ def ab_bwd(fa, fb, args):
             for S in (int(x) for x in args.seqlens.split(",")):
                 x = bg.training_inputs(fa, D, S, causal, bwd=True)
                 q, k, v, do, o, lse, d, ws = x.q, x.k, x.v, x.do, x.o, x.lse, x.d, x.ws
+                d.deterministic = int(args.det)  # (x.ws was sized for the atomic mode, which needs more)
                 nb = fb.lib.flashc_bwd_workspace_size(fb.ctx, bg.ctypes.byref(d))  # B's may be larger
                 if nb > ws.numel():
                     ws = torch.empty(nb, device="cuda", dtype=torch.uint8)
@@ -159,7 +161,7 @@ def ab_bwd(fa, fb, args):
                     t[1].append(bg.time_ms(lambda: fb.bwd(d, q, k, v, o, lse, do, *gb, ws), 7))
                 ta, tb = (fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
                 err = max((a.float() - b.float()).abs().max().item() for a, b in zip(ga, gb))
-                print(f"bwd  D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  "
+                print(f"bwd{'-det' if args.det else ''}  D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  "
                       f"max|dqkv A - B| {err:.2e}", flush=True)
                 del x, q, k, v, do, o, lse, ws, ga, gb
                 torch.cuda.empty_cache()

@@ -2,10 +2,10 @@
 // Included by the generated inst/flashc_bwd_hd*_*_sm90.cu files only (built for sm_90a alone);
 // flashc_cuda.cu sends a backward here only on a 9.0 device, with 16-byte aligned tensors, for
 // head dims 64 and 128 (padded: 8..64, 72..128) in the atomic (non-deterministic) mode, and for
-// head dim 256 (padded: 136..256) in both modes (its dQ kernel adds no atomics). Everything else
-// runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion
-// this path calls (instantiated in the plain inst/ files, so that no kernel is compiled twice for
-// different archs).
+// head dim 256 (padded: 136..256) in both modes, and 128 in the deterministic mode (their dQ kernel
+// adds no atomics). Everything else runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose
+// pre-pass (D_i, lse2_i) and dQ conversion this path calls (instantiated in the plain inst/ files,
+// so that no kernel is compiled twice for different archs).
 // D = 64 runs the kernel below with 128-row query steps, with the TMA producer, P^T and dS^T made
 // together (LATE_DV) and lse2_i / D_i brought by the consumers (OWN_STATS): H200, one process,
 // 1.01-1.08x its cp.async mode (bench/results/h200-2026-12-01-s9-own.txt; S = 16k: 369 against 344
@@ -275,7 +275,7 @@ static constexpr __host__ __device__ int flashc_sm90_bwd_smem(int D, int STAGES 
 
 // The TMA maps of the warp-specialized mode (Q and dO, boxes of BM rows x 64 columns).
 typedef struct flashc_sm90_bwd_maps {
-    CUtensorMap q, dout, k, v; // k, v: the D = 256 dQ kernel's
+    CUtensorMap q, dout, k, v; // k, v: the dQ kernel's
     CUtensorMap dq;            // dq_acc [ws_rows][D] fp32, boxes of 64 rows x 32 columns: the D <= 128 kernel's
 } flashc_sm90_bwd_maps;
 
@@ -294,10 +294,12 @@ typedef struct flashc_sm90_bwd_maps {
 // and dV_j through 0 x Inf (P^T = 0 masks those queries, but dP^T = V dO^T does not, and dK +=
 // dS^T Q, dV += P^T dO multiply them). The consumers zero those rows of the slot before its first
 // wgmma, in that step only (sm90_zero_rows). An instance of its own, as the forward's RAGGED, so
-// that the batch-mode kernels stay as they are. H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2,
+// that the batch-mode kernels stay as they are.
+// DQ = false (the deterministic mode, D = 128): dK_j and dV_j only; flashc_bwd_sm90_dq_kernel makes
+// dQ. H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2,
 // dev/cuda/ab.py --varlen --bwd, 16k tokens, sequences of ~512 / 2048 / 8192) against the cp.async
 // mode varlen ran before: D = 64 1.08-1.33x, D = 128 1.14-1.38x.
-template <typename T, int D, bool WS, int STAGES, bool RAGGED = false>
+template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
 __global__ void __launch_bounds__(128 * (2 + WS), 1)
     flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -505,7 +507,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             // one stmatrix (four 8 x 8 b16 matrices) per k-step: matrix i = register r of
             // every thread (keys + 8 (i & 1), chunk 2 k4 + (i >> 1)), its row j at lane 8 i + j. With
             // the tile 1024-aligned the swizzled chunk is lane's address XOR (2 k4 & 7) << 4.
-            {
+            if (DQ) {
                 const int mi = lane >> 3, mj = lane & 7;
                 const uint32_t a0 = sdS + (it & 1) * TILE_DS + (wg * 64 + wl * 16 + mj + 8 * (mi & 1)) * 128 +
                                     (((mi >> 1) ^ mj) << 4);
@@ -513,8 +515,10 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 for (int k4 = 0; k4 < BM / 16; k4++)
                     stmatrix_x4((a0 ^ ((k4 & 3) << 5)) + (k4 >> 2) * (BN * 128), adS[k4]);
             }
-            fence_proxy_async_smem();
-            bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
+            if (DQ) {
+                fence_proxy_async_smem();
+                bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
+            }
             if (OWN_STATS) cp_async_wait<0>(); // the next step's lse2_i, D_i: visible after the barrier
             if (WS) bar_sync(4, NTHREADS);
             else __syncthreads(); // dS^T of every warpgroup is in shared memory
@@ -529,34 +533,38 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
             const uint32_t sdQ = base + OFF_DQ + wg * 16384; // for the TMA; sdQp for this thread's stores
             char *sdQp = sbase + OFF_DQ + wg * 16384;
             float dQ[32];
-            wgmma_fence();
+            if (DQ) {
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc_f(fdS, (it & 1) * TILE_DS + rb * (BN * 128) + kk * 2048, BN * 128),
-                                        sm90_desc_f(fK, cb * (BN * 128) + kk * 2048, BN * 128), kk);
-            wgmma_commit();
+                for (int kk = 0; kk < BN / 16; kk++)
+                    wgmma_ss_t<T, 64, 1, 1>(dQ, sm90_desc_f(fdS, (it & 1) * TILE_DS + rb * (BN * 128) + kk * 2048, BN * 128),
+                                            sm90_desc_f(fK, cb * (BN * 128) + kk * 2048, BN * 128), kk);
+                wgmma_commit();
+            }
             wgmma_fence();
 #pragma unroll
             for (int k4 = 0; k4 < BM / 16; k4++) wgmma_rs<T, D>(dK, adS[k4], sm90_desc_f(fQs, k4 * 2048, BM * 128), 1);
             wgmma_commit();
-            wgmma_wait<1>();
-            reg_fence(dQ);
-            // chunk ^ g = 2 (j & 3) ^ ((c >> 1) ^ g): one base address, XOR (j & 3) << 5
-            const uint32_t q0a = (uint32_t)((wl * 16 + g) * 128 + ((((c >> 1) ^ g)) << 4) + (c & 1) * 8);
+            if (DQ) {
+                wgmma_wait<1>();
+                reg_fence(dQ);
+                // chunk ^ g = 2 (j & 3) ^ ((c >> 1) ^ g): one base address, XOR (j & 3) << 5
+                const uint32_t q0a = (uint32_t)((wl * 16 + g) * 128 + ((((c >> 1) ^ g)) << 4) + (c & 1) * 8);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 8; j++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) { // columns 8 j + 2 c, + 1
-                    *(float2 *)(sdQp + (j >> 2) * 8192 + 8 * hh * 128 + (q0a ^ ((j & 3) << 5))) =
-                        make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]);
+                    for (int hh = 0; hh < 2; hh++) { // columns 8 j + 2 c, + 1
+                        *(float2 *)(sdQp + (j >> 2) * 8192 + 8 * hh * 128 + (q0a ^ ((j & 3) << 5))) =
+                            make_float2(dQ[4 * j + 2 * hh], dQ[4 * j + 2 * hh + 1]);
+                    }
+                fence_proxy_async_smem();
+                bar_sync(1 + wg, 128); // this warpgroup's part of the tile is written
+                if ((tid & 127) == 0) {
+                    const int r = (int)(ws_row(p, b, h, s) + mm0) + 64 * rb; // padded rows absorb i >= sq
+                    tma_reduce_add_f32(&maps.dq, sdQ, 64 * cb, r);
+                    tma_reduce_add_f32(&maps.dq, sdQ + 8192, 64 * cb + 32, r);
+                    bulk_commit();
                 }
-            fence_proxy_async_smem();
-            bar_sync(1 + wg, 128); // this warpgroup's part of the tile is written
-            if ((tid & 127) == 0) {
-                const int r = (int)(ws_row(p, b, h, s) + mm0) + 64 * rb; // padded rows absorb i >= sq
-                tma_reduce_add_f32(&maps.dq, sdQ, 64 * cb, r);
-                tma_reduce_add_f32(&maps.dq, sdQ + 8192, 64 * cb + 32, r);
-                bulk_commit();
             }
             wgmma_wait<0>(); // dK_w: Q_i is free for the load of step it + STAGES
             if (WS && (tid & 127) == 0) mbar_arrive(empty0 + 8 * st);
@@ -801,23 +809,25 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // ------------------------------------------------------------------------------------------------
-// D = 256, dQ without atomics
+// D = 256, and D = 128 deterministic: dQ without atomics
 //
 // The forward's way: one CTA per (query block Q_i of BM = 64 rows, batch, head) walks the key
 // blocks K_j, V_j (BN = 64) its rows see and recomputes, per warpgroup w,
 //   S_w  = Q_i K_w^T     wgmma SS m64n32, K_w: keys 32 w .. 32 w + 31 of K_j     (Alg. 2 line 10)
 //   dP_w = dO_i V_w^T    wgmma SS m64n32, a second group                          (line 12)
 //   dS_w = P dsf (dP_w - D_i), P = exp2(S_w scale log2e - lse2_i) while dP runs   (lines 11, 14)
-//   dQ_w += dS K_j[:, w] wgmma SS m64n128 (dS through shared memory: both halves
-//                        of the keys), columns 128 w .. 128 w + 127 in registers  (line 15)
+//   dQ_w += dS K_j[:, w] wgmma SS m64n(D / 2) (dS through shared memory: both halves
+//                        of the keys), columns D / 2 w .. in registers            (line 15)
 // and stores dQ_i = scale dQ once, to dq: no dq_acc, no conversion, no atomics, so the whole D = 256
 // backward returns the same bits run to run. Warpgroup 0 is the TMA producer (Q_i and dO_i once,
 // K_j and V_j into a STAGES-deep ring on full / empty mbarriers).
 // Recomputing S and dP costs 2 of these 7 products per block pair (5 with atomics), and still the
 // two kernels ran 1.26-1.73x the one with atomics (H200, h200-2026-12-01-bwd256.txt, S = 512..16k).
+// D = 128 runs it in the deterministic mode only, after flashc_bwd_sm90_kernel without its dQ
+// (DQ = false): the atomic mode's dq_acc reductions are cheaper there than recomputing S and dP.
 
-static constexpr __host__ __device__ int flashc_sm90_bwd256_dq_smem(int STAGES) {
-    return 2 * FLASHC_SM90_BWD_BM * 256 * 2 + 2 * STAGES * 64 * 256 * 2 + FLASHC_SM90_BWD_BM * 64 * 2 + 64 + 1024;
+static constexpr __host__ __device__ int flashc_sm90_bwd_dq_smem(int D, int STAGES) {
+    return 2 * FLASHC_SM90_BWD_BM * D * 2 + 2 * STAGES * 64 * D * 2 + FLASHC_SM90_BWD_BM * 64 * 2 + 64 + 1024;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -851,15 +861,16 @@ static __device__ __forceinline__ void sm90_p_rows(float (&S)[16], const flashc_
 }
 #endif
 
-template <typename T, int STAGES, bool RAGGED = false>
+template <typename T, int D, int STAGES, bool RAGGED = false>
 __global__ void __launch_bounds__(384, 1)
-    flashc_bwd_sm90_dq256_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
+    flashc_bwd_sm90_dq_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int D = 256, BM = FLASHC_SM90_BWD_BM, BN = 64, NTHREADS = 256;
+    constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64, NTHREADS = 256, DW = D / 2; // DW: a warpgroup's dQ columns
+    static_assert(D == 128 || D == 256, "dQ columns split in whole 64-column blocks");
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_Q = 0, OFF_DO = TILE_Q, OFF_K = 2 * TILE_Q, OFF_V = OFF_K + STAGES * TILE_K;
     constexpr int OFF_DS = OFF_V + STAGES * TILE_K, OFF_BAR = OFF_DS + BM * BN * 2;
-    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd256_dq_smem(STAGES), "smem layout");
+    static_assert(OFF_BAR + 64 + 1024 == flashc_sm90_bwd_dq_smem(D, STAGES), "smem layout");
     static_assert(BM * (D + 8) * 2 <= STAGES * TILE_K, "epilogue staging");
 
     const uint32_t raw = smem_u32(flashc_smem);
@@ -908,9 +919,9 @@ __global__ void __launch_bounds__(384, 1)
     const int g = lane >> 2, c = lane & 3;
     const int r0 = wl * 16 + g; // this thread's rows r0, r0 + 8 of Q_i
 
-    float dQ[64]; // rows r0 (+8), columns 128 wg + 8 j + 2 c (+1): element 4 j + 2 hh + e
+    float dQ[DW / 2]; // rows r0 (+8), columns DW wg + 8 j + 2 c (+1): element 4 j + 2 hh + e
 #pragma unroll
-    for (int i = 0; i < 64; i++) dQ[i] = 0.f;
+    for (int i = 0; i < DW / 2; i++) dQ[i] = 0.f;
 
     if (n_blocks > 0) {
         const uint32_t sQ = base + OFF_Q, sdO = base + OFF_DO, sdS = base + OFF_DS;
@@ -964,8 +975,8 @@ __global__ void __launch_bounds__(384, 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                wgmma_ss_t<T, 128, 0, 1>(dQ, sm90_desc_kmajor(sdS, BM, 0, kk),
-                                         sm90_desc_mnmajor(sK + 2 * wg * BN * 128, BN, kk), 1);
+                wgmma_ss_t<T, DW, 0, 1>(dQ, sm90_desc_kmajor(sdS, BM, 0, kk),
+                                        sm90_desc_mnmajor(sK + DW / 64 * wg * BN * 128, BN, kk), 1);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(dQ);
@@ -979,10 +990,10 @@ __global__ void __launch_bounds__(384, 1)
     const int64_t wr = ws_row(p, b, h, s) + mm0 + r0; // padded rows hold +inf
     const float l2[2] = {p.lse2[wr], p.lse2[wr + 8]};
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < DW / 8; j++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
-            *(uint32_t *)(stQ + (r0 + 8 * hh) * (D + 8) + 128 * wg + 8 * j + 2 * c) =
+            *(uint32_t *)(stQ + (r0 + 8 * hh) * (D + 8) + DW * wg + 8 * j + 2 * c) =
                 pack2<T>(bwd_dq_out(dQ[4 * j + 2 * hh], p.a.scale, l2[hh]),
                          bwd_dq_out(dQ[4 * j + 2 * hh + 1], p.a.scale, l2[hh]));
     bar_sync(4, NTHREADS);
@@ -991,7 +1002,7 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// The TMA maps: Q and dO (boxes of BM rows x 64 columns), and with kv (the D = 256 dQ kernel) K and
+// The TMA maps: Q and dO (boxes of BM rows x 64 columns), and with kv (the dQ kernel) K and
 // V (64 rows); varlen: of the packed rows. False (the caller falls back) for bases not 128-byte
 // aligned (as flashc_sm90_make_maps) or strides the driver refuses.
 template <int D>
@@ -1019,12 +1030,12 @@ static bool flashc_sm90_bwd_dq_map(const flashc_bwd_params *p, CUtensorMap *m) {
     return sm90_tma_map(m, p->dq_acc, 4, dim, st, 64);
 }
 
-template <typename T, int D, bool WS, int STAGES, bool RAGGED = false>
+template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
 static cudaError_t flashc_cuda_bwd_sm90_run(flashc_bwd_params *p, const flashc_sm90_bwd_maps &maps, cudaStream_t stream) {
     constexpr int smem = flashc_sm90_bwd_smem(D, STAGES), BN = 128;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED>;
+    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED, DQ>;
     cudaError_t e;
     if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
     if (blocks) k<<<(unsigned)blocks, 128 * (2 + WS), smem, stream>>>(*p, maps);
@@ -1045,7 +1056,7 @@ static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, flashc_sm90_b
 template <typename T>
 static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem = flashc_sm90_bwd256_smem(STAGES);
-    constexpr int smem_dq = flashc_sm90_bwd256_dq_smem(STAGES);
+    constexpr int smem_dq = flashc_sm90_bwd_dq_smem(256, STAGES);
     flashc_sm90_bwd_maps maps;
     if (!flashc_sm90_bwd_make_maps<256>(p, &maps, true)) return flashc_cuda_bwd_launch<T, 256>(p, stream);
     p->D_pad = 256;
@@ -1064,7 +1075,32 @@ static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t 
     if (blocks) k<<<(unsigned)blocks, 384, smem, stream>>>(*p, maps);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
-        ragged ? flashc_bwd_sm90_dq256_kernel<T, STAGES, true> : flashc_bwd_sm90_dq256_kernel<T, STAGES>;
+        ragged ? flashc_bwd_sm90_dq_kernel<T, 256, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, 256, STAGES>;
+    if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
+    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps);
+    return cudaGetLastError();
+}
+
+// The deterministic mode at D = 128: the pre-pass, the D <= 128 kernel without its dQ (DQ = false),
+// then the dQ kernel (no dq_acc, no atomics), when the maps encode; else the mma.sync backward.
+template <typename T, int D>
+static cudaError_t flashc_cuda_bwd_sm90_det(flashc_bwd_params *p, cudaStream_t stream) {
+    constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem_dq = flashc_sm90_bwd_dq_smem(D, STAGES);
+    flashc_sm90_bwd_maps maps;
+    if (!flashc_sm90_bwd_make_maps<D>(p, &maps, true)) return flashc_cuda_bwd_launch<T, D>(p, stream);
+    p->D_pad = D;
+    if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
+    const long long qblocks = (long long)((p->a.Sq + FLASHC_SM90_BWD_BM - 1) / FLASHC_SM90_BWD_BM) * p->a.B * p->a.H;
+    if (qblocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    p->dq_acc = NULL;
+    cudaError_t e;
+    if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
+    const bool ragged = p->a.cu_q || p->a.seqused_k;
+    e = p->a.cu_q ? flashc_cuda_bwd_sm90_run<T, D, true, 2, true, false>(p, maps, stream)
+                  : flashc_cuda_bwd_sm90_run<T, D, true, 2, false, false>(p, maps, stream);
+    if (e != cudaSuccess) return e;
+    void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
+        ragged ? flashc_bwd_sm90_dq_kernel<T, D, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, D, STAGES>;
     if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
     if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps);
     return cudaGetLastError();
@@ -1075,6 +1111,10 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
     if constexpr (D == 256) {
         return flashc_cuda_bwd_sm90_d256<T>(p, stream);
     } else {
+        if (p->deterministic) {
+            if constexpr (D == 128) return flashc_cuda_bwd_sm90_det<T, D>(p, stream);
+            return flashc_cuda_bwd_launch<T, D>(p, stream);
+        }
         flashc_sm90_bwd_maps maps;
         if (!flashc_sm90_bwd_dq_map<D>(p, &maps.dq)) return flashc_cuda_bwd_launch<T, D>(p, stream);
         p->D_pad = D;
