@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--env2", default="")
     ap.add_argument("--varlen", action="store_true")
-    ap.add_argument("--det", action="store_true", help="--bwd in the deterministic mode")
+    ap.add_argument("--det", action="store_true", help="the backward in the deterministic mode")
     args = ap.parse_args()
     # a copy under another name, so that the loader keeps two libraries apart
     tmp = tempfile.mkdtemp()
@@ -114,7 +114,7 @@ def ab_varlen(fa, fb, args):
                 lse = torch.empty(H, T, device="cuda", dtype=torch.float32)
                 ds = []
                 for f in (fa, fb):
-                    d = f.desc(len(lens), max(lens), H, D, causal)
+                    d = f.desc(len(lens), max(lens), H, D, causal, deterministic=int(args.det))
                     d.cu_seqlens_q = d.cu_seqlens_k = cu.data_ptr()
                     ds.append(d)
                 label = f"varlen D={D:3d} causal={int(causal)} S~{S:5d} ({len(lens)} seqs)"

@@ -18,7 +18,8 @@
 // One CTA per (key block K_j of BN = 128 rows, batch, kv head), 2 warpgroups (256 threads), each
 // owning 64 keys of the block and, in registers, their dK_j and dV_j rows (64 x D fp32 each). The
 // CTA walks the query blocks Q_i (BM = 64 rows, and the query heads of its GQA group), Q_i, dO_i,
-// lse2_i, D_i double-buffered in shared memory by cp.async. Per step and warpgroup w:
+// lse2_i, D_i double-buffered in shared memory (by TMA and the consumers' cp.async; cp.async alone
+// in the plain mode). Per step and warpgroup w:
 //   S_ij^T  = K_w Q_i^T      wgmma SS m64n64, both K-major              (Alg. 2 line 10)
 //   dP_ij^T = V_w dO_i^T     wgmma SS m64n64, a second group            (line 12)
 //   P^T = exp2(S^T scale log2e - lse2_i)    while dP^T runs             (line 11)
@@ -520,8 +521,10 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
             }
             if (OWN_STATS) cp_async_wait<0>(); // the next step's lse2_i, D_i: visible after the barrier
+            // dS^T of every warpgroup is in shared memory (DQ), and the next step's lse2_i, D_i,
+            // which some warps load for all (OWN_STATS): needed with DQ = false too
             if (WS) bar_sync(4, NTHREADS);
-            else __syncthreads(); // dS^T of every warpgroup is in shared memory
+            else __syncthreads();
 
             // dQ_i += dS K_j                           (line 15), rows 64 rb .. and columns 64 cb .. of
             // the tile (COLS: rb = 0, cb = wg; else rb = wg, cb = 0), through this warpgroup's 16 KB
@@ -603,7 +606,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     uint16_t *dVg = (uint16_t *)p.dv + b * p.dv_bs + (s.k_row0 + n0) * p.dv_rs + h_kv * p.dv_hs;
     store_tile<BN, D, D + 8, NTHREADS>(dKg, p.dk_rs, stK, out_rows, p.a.D, p.a.aligned, tid);
     store_tile<BN, D, D + 8, NTHREADS>(dVg, p.dv_rs, stV, out_rows, p.a.D, p.a.aligned, tid);
-    bulk_wait_all(); // (the issuing threads) the dQ reductions are done with this CTA's shared memory
+    if (DQ) bulk_wait_all(); // (the issuing threads) the dQ reductions are done with this CTA's shared memory
 #endif
 }
 
@@ -714,7 +717,7 @@ __global__ void __launch_bounds__(384, 1)
             const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
             const uint32_t sQs = base + OFF_Q + st * TILE_Q, sdOs = base + OFF_DO + st * TILE_Q;
             mbar_wait(full0 + 8 * st, (it / STAGES) & 1); // Q_i, dO_i landed
-            if (RAGGED && mm0 + BM > s.sq) { // varlen: the next sequence's rows, zeroed (flashc_bwd_sm90_kernel)
+            if (RAGGED && p.a.cu_q && mm0 + BM > s.sq) { // varlen: the next sequence's rows, zeroed (flashc_bwd_sm90_kernel)
                 sm90_zero_rows<BM, D, NTHREADS>(sbase + OFF_Q + st * TILE_Q, sbase + OFF_DO + st * TILE_Q, s.sq - mm0, tid);
                 fence_proxy_async_smem();
                 bar_sync(4, NTHREADS);
@@ -928,21 +931,17 @@ __global__ void __launch_bounds__(384, 1)
         const int64_t wr = ws_row(p, b, h, s) + mm0 + r0; // padded rows hold (+inf, 0)
         const float l2[2] = {p.lse2[wr], p.lse2[wr + 8]}, dl[2] = {p.delta[wr], p.delta[wr + 8]};
         const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
-        mbar_wait(fullQ, 0);
-        if (RAGGED && mm0 + BM > s.sq) { // varlen: the next sequence's rows, zeroed (flashc_bwd_sm90_kernel)
-            sm90_zero_rows<BM, D, NTHREADS>(sbase + OFF_Q, sbase + OFF_DO, s.sq - mm0, tid);
-            fence_proxy_async_smem();
-        }
+        mbar_wait(fullQ, 0); // (RAGGED: Q_i, dO_i rows past sq need no zeros: row q of dQ_i reads
+                             // row q of dS only, and rows past sq are not stored)
 
         for (int t = 0; t < n_blocks; t++) {
             const int st = t % STAGES, n0 = (nb_min + t) * BN;
             const uint32_t sK = base + OFF_K + st * TILE_K, sV = base + OFF_V + st * TILE_K;
             mbar_wait(full0 + 8 * st, (t / STAGES) & 1); // K_j, V_j landed
-            // RAGGED: key rows past sk (the next sequence's, or past seqused_k) zeroed, as Q_i's:
-            // V = Inf there reaches dQ through dS = 0 x Inf. The barrier also orders Q_i's zeros.
-            if (RAGGED && (n0 + BN > s.sk || (t == 0 && mm0 + BM > s.sq))) {
-                if (n0 + BN > s.sk)
-                    sm90_zero_rows<BN, D, NTHREADS>(sbase + OFF_K + st * TILE_K, sbase + OFF_V + st * TILE_K, s.sk - n0, tid);
+            // RAGGED: key rows past sk (the next sequence's, or past seqused_k) zeroed: V = Inf
+            // there reaches dQ through dS = 0 x Inf, K = NaN through 0 x NaN
+            if (RAGGED && n0 + BN > s.sk) {
+                sm90_zero_rows<BN, D, NTHREADS>(sbase + OFF_K + st * TILE_K, sbase + OFF_V + st * TILE_K, s.sk - n0, tid);
                 fence_proxy_async_smem();
                 bar_sync(4, NTHREADS);
             }
@@ -1050,14 +1049,13 @@ static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, flashc_sm90_b
     return flashc_cuda_bwd_sm90_run<T, D, WS, STAGES>(p, maps, stream);
 }
 
-// dQ_acc zero and pre-pass, the kernel above, dQ conversion (flashc_cuda_bwd.cuh).
 // D = 256: the pre-pass, the dK/dV kernel, then the dQ kernel, when the maps encode; else the whole
 // mma.sync backward.
 template <typename T>
 static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem = flashc_sm90_bwd256_smem(STAGES);
     constexpr int smem_dq = flashc_sm90_bwd_dq_smem(256, STAGES);
-    flashc_sm90_bwd_maps maps;
+    flashc_sm90_bwd_maps maps = {};
     if (!flashc_sm90_bwd_make_maps<256>(p, &maps, true)) return flashc_cuda_bwd_launch<T, 256>(p, stream);
     p->D_pad = 256;
     if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
@@ -1086,7 +1084,7 @@ static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t 
 template <typename T, int D>
 static cudaError_t flashc_cuda_bwd_sm90_det(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem_dq = flashc_sm90_bwd_dq_smem(D, STAGES);
-    flashc_sm90_bwd_maps maps;
+    flashc_sm90_bwd_maps maps = {};
     if (!flashc_sm90_bwd_make_maps<D>(p, &maps, true)) return flashc_cuda_bwd_launch<T, D>(p, stream);
     p->D_pad = D;
     if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
@@ -1106,6 +1104,8 @@ static cudaError_t flashc_cuda_bwd_sm90_det(flashc_bwd_params *p, cudaStream_t s
     return cudaGetLastError();
 }
 
+// The launcher: D = 256 above; D = 128 deterministic above; else the dq_acc zero
+// and pre-pass, the kernel, and the dQ conversion (flashc_cuda_bwd.cuh).
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream) {
     if constexpr (D == 256) {
@@ -1115,7 +1115,7 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
             if constexpr (D == 128) return flashc_cuda_bwd_sm90_det<T, D>(p, stream);
             return flashc_cuda_bwd_launch<T, D>(p, stream);
         }
-        flashc_sm90_bwd_maps maps;
+        flashc_sm90_bwd_maps maps = {};
         if (!flashc_sm90_bwd_dq_map<D>(p, &maps.dq)) return flashc_cuda_bwd_launch<T, D>(p, stream);
         p->D_pad = D;
         if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
