@@ -402,12 +402,12 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     cudaStream_t stream = (cudaStream_t)a->stream;
     // Hopper: the wgmma kernels with 16-byte aligned tensors (they load only by 16-byte cp.async
-    // and TMA), at D = 64 in the atomic mode only (D = 128 deterministic and D = 256 have a dQ
-    // kernel that adds no atomics); everything else the mma.sync kernels.
+    // and TMA); their deterministic mode runs a dQ kernel that adds no atomics. Everything else the
+    // mma.sync kernels.
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int Dp = padded_head_dim(p->D);
     bwd_launch_fn launch = NULL;
-    if (pv->sm90 && P.a.aligned && (!p->deterministic || Dp >= 128)) launch = bwd_sm90_launcher(p->dtype, Dp);
+    if (pv->sm90 && P.a.aligned) launch = bwd_sm90_launcher(p->dtype, Dp);
     if (!launch) launch = bwd_launcher(p->dtype, Dp);
     FLASHC_CUDA_TRY(ctx, launch(&P, stream));
     if (p->varlen) {

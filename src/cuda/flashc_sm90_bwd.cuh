@@ -2,8 +2,8 @@
 // Included by the generated inst/flashc_bwd_hd*_*_sm90.cu files only (built for sm_90a alone);
 // flashc_cuda.cu sends a backward here only on a 9.0 device, with 16-byte aligned tensors, for
 // head dims 64 and 128 (padded: 8..64, 72..128) in the atomic (non-deterministic) mode, and for
-// head dim 256 (padded: 136..256) in both modes, and 128 in the deterministic mode (their dQ kernel
-// adds no atomics). Everything else runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose
+// head dim 256 (padded: 136..256) in both modes, and 64 / 128 in the deterministic mode (their dQ
+// kernel adds no atomics). Everything else runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose
 // pre-pass (D_i, lse2_i) and dQ conversion this path calls (instantiated in the plain inst/ files,
 // so that no kernel is compiled twice for different archs).
 // D = 64 runs the kernel below with 128-row query steps, with the TMA producer, P^T and dS^T made
@@ -296,7 +296,7 @@ typedef struct flashc_sm90_bwd_maps {
 // dS^T Q, dV += P^T dO multiply them). The consumers zero those rows of the slot before its first
 // wgmma, in that step only (sm90_zero_rows). An instance of its own, as the forward's RAGGED, so
 // that the batch-mode kernels stay as they are.
-// DQ = false (the deterministic mode, D = 128): dK_j and dV_j only; flashc_bwd_sm90_dq_kernel makes
+// DQ = false (the deterministic mode): dK_j and dV_j only; flashc_bwd_sm90_dq_kernel makes
 // dQ. H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2,
 // dev/cuda/ab.py --varlen --bwd, 16k tokens, sequences of ~512 / 2048 / 8192) against the cp.async
 // mode varlen ran before: D = 64 1.08-1.33x, D = 128 1.14-1.38x.
@@ -812,7 +812,7 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // ------------------------------------------------------------------------------------------------
-// D = 256, and D = 128 deterministic: dQ without atomics
+// D = 256, and the deterministic mode at D = 64 / 128: dQ without atomics
 //
 // The forward's way: one CTA per (query block Q_i of BM = 64 rows, batch, head) walks the key
 // blocks K_j, V_j (BN = 64) its rows see and recomputes, per warpgroup w,
@@ -826,7 +826,7 @@ __global__ void __launch_bounds__(384, 1)
 // K_j and V_j into a STAGES-deep ring on full / empty mbarriers).
 // Recomputing S and dP costs 2 of these 7 products per block pair (5 with atomics), and still the
 // two kernels ran 1.26-1.73x the one with atomics (H200, h200-2026-12-01-bwd256.txt, S = 512..16k).
-// D = 128 runs it in the deterministic mode only, after flashc_bwd_sm90_kernel without its dQ
+// D = 64 / 128 run it in the deterministic mode only, after flashc_bwd_sm90_kernel without its dQ
 // (DQ = false): the atomic mode's dq_acc reductions are cheaper there than recomputing S and dP.
 
 static constexpr __host__ __device__ int flashc_sm90_bwd_dq_smem(int D, int STAGES) {
@@ -869,7 +869,10 @@ __global__ void __launch_bounds__(384, 1)
     flashc_bwd_sm90_dq_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = FLASHC_SM90_BWD_BM, BN = 64, NTHREADS = 256, DW = D / 2; // DW: a warpgroup's dQ columns
-    static_assert(D == 128 || D == 256, "dQ columns split in whole 64-column blocks");
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    // warpgroup w's columns DW w .. of K_j: column block DW w / 64, + 2 (DW w % 64) bytes inside its
+    // 128-byte rows (D = 64: the start moves inside the swizzle atom, as a K-major k-step's does)
+    constexpr int K_COL0 = DW / 64 * BN * 128, K_COL0_IN = DW % 64 * 2;
     constexpr int TILE_Q = BM * D * 2, TILE_K = BN * D * 2; // bytes
     constexpr int OFF_Q = 0, OFF_DO = TILE_Q, OFF_K = 2 * TILE_Q, OFF_V = OFF_K + STAGES * TILE_K;
     constexpr int OFF_DS = OFF_V + STAGES * TILE_K, OFF_BAR = OFF_DS + BM * BN * 2;
@@ -975,7 +978,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
                 wgmma_ss_t<T, DW, 0, 1>(dQ, sm90_desc_kmajor(sdS, BM, 0, kk),
-                                        sm90_desc_mnmajor(sK + DW / 64 * wg * BN * 128, BN, kk), 1);
+                                        sm90_desc_mnmajor(sK + wg * (K_COL0 + K_COL0_IN), BN, kk), 1);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(dQ);
@@ -1001,11 +1004,13 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// The TMA maps: Q and dO (boxes of BM rows x 64 columns), and with kv (the dQ kernel) K and
-// V (64 rows); varlen: of the packed rows. False (the caller falls back) for bases not 128-byte
-// aligned (as flashc_sm90_make_maps) or strides the driver refuses.
+// The TMA maps: Q and dO (boxes of bm rows x 64 columns, bm the query step of the kernel that reads
+// them), and with kv (the dQ kernel) K and V (64 rows); varlen: of the packed rows. False (the
+// caller falls back) for bases not 128-byte aligned (as flashc_sm90_make_maps) or strides the
+// driver refuses.
 template <int D>
-static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m, bool kv) {
+static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bwd_maps *m, bool kv,
+                                      int bm = flashc_sm90_bwd_bm(D)) {
     const flashc_cuda_attn &a = p->a;
     const bool packed = a.cu_q != NULL;
     if (((uintptr_t)p->q | (uintptr_t)p->dout | (kv ? (uintptr_t)p->k | (uintptr_t)p->v : 0)) & 127) return false;
@@ -1013,8 +1018,7 @@ static bool flashc_sm90_bwd_make_maps(const flashc_bwd_params *p, flashc_sm90_bw
     const uint64_t kdim[4] = {(uint64_t)a.D, (uint64_t)(packed ? a.total_k : a.Sk), (uint64_t)a.H_kv, (uint64_t)(packed ? 1 : a.B)};
     const int64_t qst[3] = {p->q_rs * 2, p->q_hs * 2, p->q_bs * 2}, dst[3] = {p->do_rs * 2, p->do_hs * 2, p->do_bs * 2};
     const int64_t kst[3] = {p->k_rs * 2, p->k_hs * 2, p->k_bs * 2}, vst[3] = {p->v_rs * 2, p->v_hs * 2, p->v_bs * 2};
-    return sm90_tma_map(&m->q, p->q, 2, dim, qst, flashc_sm90_bwd_bm(D)) &&
-           sm90_tma_map(&m->dout, p->dout, 2, dim, dst, flashc_sm90_bwd_bm(D)) &&
+    return sm90_tma_map(&m->q, p->q, 2, dim, qst, bm) && sm90_tma_map(&m->dout, p->dout, 2, dim, dst, bm) &&
            (!kv || (sm90_tma_map(&m->k, p->k, 2, kdim, kst, 64) && sm90_tma_map(&m->v, p->v, 2, kdim, vst, 64)));
 }
 
@@ -1079,13 +1083,16 @@ static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t 
     return cudaGetLastError();
 }
 
-// The deterministic mode at D = 128: the pre-pass, the D <= 128 kernel without its dQ (DQ = false),
-// then the dQ kernel (no dq_acc, no atomics), when the maps encode; else the mma.sync backward.
+// The deterministic mode at D = 64 / 128: the pre-pass, the D <= 128 kernel without its dQ (DQ =
+// false), then the dQ kernel (no dq_acc, no atomics), when the maps encode; else the mma.sync
+// backward. (At D = 64 the two kernels step over 128 and 64 query rows: a map set each.)
 template <typename T, int D>
 static cudaError_t flashc_cuda_bwd_sm90_det(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem_dq = flashc_sm90_bwd_dq_smem(D, STAGES);
-    flashc_sm90_bwd_maps maps = {};
-    if (!flashc_sm90_bwd_make_maps<D>(p, &maps, true)) return flashc_cuda_bwd_launch<T, D>(p, stream);
+    flashc_sm90_bwd_maps maps = {}, maps_dq = {};
+    if (!flashc_sm90_bwd_make_maps<D>(p, &maps, true) ||
+        !flashc_sm90_bwd_make_maps<D>(p, &maps_dq, true, FLASHC_SM90_BWD_BM))
+        return flashc_cuda_bwd_launch<T, D>(p, stream);
     p->D_pad = D;
     if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
     const long long qblocks = (long long)((p->a.Sq + FLASHC_SM90_BWD_BM - 1) / FLASHC_SM90_BWD_BM) * p->a.B * p->a.H;
@@ -1100,11 +1107,11 @@ static cudaError_t flashc_cuda_bwd_sm90_det(flashc_bwd_params *p, cudaStream_t s
     void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
         ragged ? flashc_bwd_sm90_dq_kernel<T, D, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, D, STAGES>;
     if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
-    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps);
+    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps_dq);
     return cudaGetLastError();
 }
 
-// The launcher: D = 256 above; D = 128 deterministic above; else the dq_acc zero
+// The launcher: D = 256 above; D = 64 / 128: the deterministic mode above, else the dq_acc zero
 // and pre-pass, the kernel, and the dQ conversion (flashc_cuda_bwd.cuh).
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream) {
@@ -1112,8 +1119,7 @@ cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t strea
         return flashc_cuda_bwd_sm90_d256<T>(p, stream);
     } else {
         if (p->deterministic) {
-            if constexpr (D == 128) return flashc_cuda_bwd_sm90_det<T, D>(p, stream);
-            return flashc_cuda_bwd_launch<T, D>(p, stream);
+            return flashc_cuda_bwd_sm90_det<T, D>(p, stream);
         }
         flashc_sm90_bwd_maps maps = {};
         if (!flashc_sm90_bwd_dq_map<D>(p, &maps.dq)) return flashc_cuda_bwd_launch<T, D>(p, stream);

@@ -14,7 +14,7 @@ N_RS = [64, 128, 256]
 # SS with transposed operands (the backward, flashc_sm90_bwd.cuh): (N, tnspA, tnspB) -- dQ = dS K
 # (A M-major, B N-major) at N = 64 and 128, dV += P^T dO and dK += dS^T Q (B N-major) at N = 128,
 # the dQ kernel's dQ = dS K (B N-major) at N = D / 2
-N_SS_T = [(64, 0, 1), (64, 1, 1), (128, 0, 1), (128, 1, 1)]
+N_SS_T = [(32, 0, 1), (64, 0, 1), (64, 1, 1), (128, 0, 1), (128, 1, 1)]
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 # fp8 (e4m3, k32): both operands K-major, no transpose operands (HOPPER-NOTES 1.2, 1.5): S = Q K^T
 # with N = BN, O += P V^T with V^T K-major and N = D
