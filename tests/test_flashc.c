@@ -1598,10 +1598,10 @@ static void nokey_inf_v_check(tbackend *be) {
 }
 
 // One gradient of the two runs. cls per row: 0 unchecked, 1 |x1 - x0| <= 2^-6 |x0| + 2^-9 amax
-// (amax: max |x0| over the class-1 elements) with both finite, 2 exactly 0 in both runs.
-// Appends findings to msg; returns the worst |x1 - x0| / bound seen.
+// (amax: max |x0| over the class-1 elements; exact: x1 == x0) with both finite, 2 exactly 0 in both
+// runs. Appends findings to msg; returns the worst |x1 - x0| / bound seen.
 static double unseen_grad_cmp(const char *name, const float *g0, const float *g1, const uint8_t *cls, int64_t rows,
-                              int64_t row, char *msg, size_t n) {
+                              int64_t row, int exact, char *msg, size_t n) {
     double amax = 0, worst = 0, worst_d = 0, worst_b = 0;
     int64_t n_chk = 0, nf0 = 0, nf1 = 0, n_off = 0, n_zero = 0, worst_r = -1;
     for (int64_t e = 0; e < rows * row; e++)
@@ -1615,7 +1615,7 @@ static double unseen_grad_cmp(const char *name, const float *g0, const float *g1
         n_chk++;
         nf0 += !isfinite(g0[e]), nf1 += !isfinite(g1[e]);
         if (!isfinite(g0[e]) || !isfinite(g1[e])) continue;
-        const double d = fabs((double)g1[e] - (double)g0[e]), b = 0x1p-6 * fabs((double)g0[e]) + 0x1p-9 * amax;
+        const double d = fabs((double)g1[e] - (double)g0[e]), b = exact ? 0 : 0x1p-6 * fabs((double)g0[e]) + 0x1p-9 * amax;
         n_off += d > b;
         const double ratio = b > 0 ? d / b : d > 0 ? INFINITY : 0;
         if (ratio > worst) worst = ratio, worst_d = d, worst_b = b, worst_r = e / row;
@@ -1643,15 +1643,16 @@ static double unseen_grad_cmp(const char *name, const float *g0, const float *g1
 // Varlen also poisons sequence 1's Q (NaN) and dO (+Inf): its tiles sit next to 0's and 2's in
 // every packed tensor, so a backward block that strays across a boundary picks them up.
 // The backward runs from each run's own O and lse; its dQ is summed in fp32 by atomics on CUDA, so
-// the checked dQ / dK / dV rows are compared within a tolerance, not bitwise. Key rows at and past
-// seqused_k are seen by no query: their dK / dV must be exactly 0 in both runs.
+// the checked dQ / dK / dV rows are compared within a tolerance, not bitwise, except in the
+// deterministic mode (each case runs in both), where they must be bit-identical too. Key rows at
+// and past seqused_k are seen by no query: their dK / dV must be exactly 0 in both runs.
 // Every compiled CUDA head dim (key blocks of 128, 128 and 80), GQA, causal and not; seqlen_k >= 1024,
 // so that the CUDA forward runs its TMA kernel (flashc_cuda_fwd_sm90_ragged_tma). The clean run's
 // checked rows must be free of NaN (else two NaN runs would compare equal).
-static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, int used) {
+static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, int used, int det) {
     char line[256];
-    snprintf(line, sizeof line, "%s rows holding NaN / Inf %s %s%s H=4/2 D=%d", used ? "seqused_k: unused" : "varlen: neighbour",
-             be->name, tc_dtype_name(dt), causal ? " causal" : "", D);
+    snprintf(line, sizeof line, "%s rows holding NaN / Inf %s %s%s%s H=4/2 D=%d", used ? "seqused_k: unused" : "varlen: neighbour",
+             be->name, tc_dtype_name(dt), causal ? " causal" : "", det ? " deterministic" : "", D);
     if (!wanted(line)) return;
     tc_running(line);
     tcase c = mk(3, 4, 2, 0, 0, D, dt);
@@ -1683,6 +1684,7 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
         if (!session_open(&s, be->ctx, &c, &R, 0)) {
             snprintf(err, sizeof err, "setup: %s", s.err);
         } else {
+            s.d.deterministic = det;
             flashc_status st = session_fwd(&s, 0, 1);
             if (st != FLASHC_OK) snprintf(err, sizeof err, "%s", flashc_ctx_last_error(be->ctx));
             else if (!dbuf_get(be->ctx, &s.buf[s.P.v[T_O].buf]) || !dbuf_get(be->ctx, &s.lse)) snprintf(err, sizeof err, "copy back failed");
@@ -1737,11 +1739,12 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
         static const char *gname[3] = {"dQ", "dK", "dV"};
         double worst = 0;
         for (int i = 0; i < 3; i++) {
-            double w = unseen_grad_cmp(gname[i], g[0][i], g[1][i], i ? ck : cq, i ? m->tk : m->tq, i ? rowk : row, msg, sizeof msg);
+            double w = unseen_grad_cmp(gname[i], g[0][i], g[1][i], i ? ck : cq, i ? m->tk : m->tq, i ? rowk : row, det, msg, sizeof msg);
             if (w > worst) worst = w;
         }
         free(cq), free(ck);
         if (msg[0]) tc_fail("%s%s", line, msg);
+        else if (det) tc_pass("%s  %lld rows bit-identical (fwd), dQ/dK/dV bit-identical", line, (long long)n_chk);
         else tc_pass("%s  %lld rows bit-identical (fwd), dQ/dK/dV within tolerance (worst %.2g of bound)", line, (long long)n_chk, worst);
     }
     for (int run = 0; run < 2; run++) {
@@ -1756,7 +1759,8 @@ static void unseen_rows_check(tbackend *be) {
     for (int di = 1; di < 3; di++) // bf16, f16 (f32 has no CUDA tensor-core path)
         for (int dd = 0; dd < 3; dd++)
             for (int causal = 0; causal < 2; causal++)
-                for (int used = 0; used < 2; used++) unseen_rows_case(be, DT3[di], Ds[dd], causal, used);
+                for (int used = 0; used < 2; used++)
+                    for (int det = 0; det < 2; det++) unseen_rows_case(be, DT3[di], Ds[dd], causal, used, det);
 }
 
 // ------------------------------------------------------------------------------------------------
