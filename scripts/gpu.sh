@@ -9,8 +9,9 @@
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
 #      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
 #      BENCH_DECODE=0
-#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes), on test_kvcache
-#      and on test_fp8 --quick
+#   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes), on the "rows
+#      holding NaN / Inf" cases (varlen / seqused_k, both backward modes), on test_kvcache and on
+#      test_fp8 --quick
 # Logs go to build/gpu-logs, or under the device tool's $OUT, where they end as gpu-logs.tar.gz beside
 # summary.txt and the results files; a short summary is printed last.
 # Without a GPU (no nvidia-smi, or no device), steps 2-4 are skipped with a message and it exits 0.
@@ -107,6 +108,8 @@ if want sanitize; then
             # a persistent forward grid of 3 CTAs: the rings and tile records wrap many times
             FLASHC_CUDA_CTAS=3 sanitize $tool "$tool (3 CTAs)" $tool-ctas3.log "$BUILD/test_flashc" --backend cuda \
                 --quick ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
+            # the ragged and deterministic backward paths: rows past a sequence's end hold NaN / Inf
+            sanitize $tool "$tool (rows holding)" $tool-rows.log "$BUILD/test_flashc" --backend cuda --filter "rows holding"
             # the decode kernels and the merge: every KV-cache case (small caches)
             sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
             # the e4m3 forward (its V^T pre-pass and both key-block tiles)
