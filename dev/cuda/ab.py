@@ -73,22 +73,23 @@ def main():
                     da, db = fa.desc(B, S, H, D, causal), fb.desc(B, S, H, D, causal)
                     if dt == "e4m3":
                         da.dtype = db.dtype = bg.FLASHC_DTYPE_E4M3
-                    ab_fwd(f"{dt:4s} D={D:3d} causal={int(causal)} S={S:5d}", lambda: fa.fwd(da, q, k, v, oa, lse),
-                           lambda: fb.fwd(db, q, k, v, ob, lse), oa, ob, fl, args.rounds)
+                    ab_time(f"{dt:4s} D={D:3d} causal={int(causal)} S={S:5d}", lambda: fa.fwd(da, q, k, v, oa, lse),
+                            lambda: fb.fwd(db, q, k, v, ob, lse), [oa], [ob], fl, args.rounds)
                     del q, k, v, oa, ob
                     torch.cuda.empty_cache()
     shutil.rmtree(tmp)
 
 
-def ab_fwd(label, run_a, run_b, oa, ob, flops, rounds):
-    """A and B timed interleaved (the two see the same clocks): median TFLOP/s, B / A, max |oa - ob|"""
+def ab_time(label, run_a, run_b, outs_a, outs_b, flops, rounds, reps=10, what="max|dO|"):
+    """A and B timed interleaved (the two see the same clocks): median TFLOP/s, B / A, the largest
+    |a - b| over the output pairs"""
     t = [[], []]
     for _ in range(rounds):
-        t[0].append(bg.time_ms(run_a, 10))
-        t[1].append(bg.time_ms(run_b, 10))
+        t[0].append(bg.time_ms(run_a, reps))
+        t[1].append(bg.time_ms(run_b, reps))
     ta, tb = (flops / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
-    err = (oa.float() - ob.float()).abs().max().item()
-    print(f"{label}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  max|dO| {err:.2e}", flush=True)
+    err = max((a.float() - b.float()).abs().max().item() for a, b in zip(outs_a, outs_b))
+    print(f"{label}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  {what} {err:.2e}", flush=True)
 
 
 def varlen_lens(S, total=16384):
@@ -119,8 +120,8 @@ def ab_varlen(fa, fb, args):
                     ds.append(d)
                 label = f"varlen D={D:3d} causal={int(causal)} S~{S:5d} ({len(lens)} seqs)"
                 if not args.bwd:
-                    ab_fwd(label, lambda: fa.fwd(ds[0], q, k, v, oa, lse), lambda: fb.fwd(ds[1], q, k, v, ob, lse),
-                           oa, ob, fl, args.rounds)
+                    ab_time(label, lambda: fa.fwd(ds[0], q, k, v, oa, lse), lambda: fb.fwd(ds[1], q, k, v, ob, lse),
+                            [oa], [ob], fl, args.rounds)
                 else:  # both from A's forward; the workspace sized for the larger of the two
                     fa.fwd(ds[0], q, k, v, oa, lse)
                     do = torch.randn_like(q)
@@ -128,14 +129,9 @@ def ab_varlen(fa, fb, args):
                     ws = torch.empty(nw, device="cuda", dtype=torch.uint8)
                     ga = [torch.empty_like(q) for _ in range(3)]
                     gb = [torch.empty_like(q) for _ in range(3)]
-                    t = [[], []]
-                    for _ in range(args.rounds):
-                        t[0].append(bg.time_ms(lambda: fa.bwd(ds[0], q, k, v, oa, lse, do, *ga, ws), 7))
-                        t[1].append(bg.time_ms(lambda: fb.bwd(ds[1], q, k, v, oa, lse, do, *gb, ws), 7))
-                    ta, tb = (2.5 * fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
-                    err = max((a.float() - b.float()).abs().max().item() for a, b in zip(ga, gb))
-                    print(f"bwd {label}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  max|dqkv A - B| {err:.2e}",
-                          flush=True)
+                    ab_time(f"bwd {label}", lambda: fa.bwd(ds[0], q, k, v, oa, lse, do, *ga, ws),
+                            lambda: fb.bwd(ds[1], q, k, v, oa, lse, do, *gb, ws), ga, gb, 2.5 * fl, args.rounds, 7,
+                            "max|dqkv A - B|")
                     del do, ws, ga, gb
                 del q, k, v, oa, ob
                 torch.cuda.empty_cache()
@@ -155,14 +151,9 @@ def ab_bwd(fa, fb, args):
                 fa.fwd(d, q, k, v, o, lse)
                 ga = [torch.empty_like(q) for _ in range(3)]
                 gb = [torch.empty_like(q) for _ in range(3)]
-                t = [[], []]
-                for _ in range(args.rounds):
-                    t[0].append(bg.time_ms(lambda: fa.bwd(d, q, k, v, o, lse, do, *ga, ws), 7))
-                    t[1].append(bg.time_ms(lambda: fb.bwd(d, q, k, v, o, lse, do, *gb, ws), 7))
-                ta, tb = (fl / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
-                err = max((a.float() - b.float()).abs().max().item() for a, b in zip(ga, gb))
-                print(f"bwd{'-det' if args.det else ''}  D={D:3d} causal={int(causal)} S={S:5d}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  "
-                      f"max|dqkv A - B| {err:.2e}", flush=True)
+                ab_time(f"bwd{'-det' if args.det else ''}  D={D:3d} causal={int(causal)} S={S:5d}",
+                        lambda: fa.bwd(d, q, k, v, o, lse, do, *ga, ws), lambda: fb.bwd(d, q, k, v, o, lse, do, *gb, ws),
+                        ga, gb, fl, args.rounds, 7, "max|dqkv A - B|")
                 del x, q, k, v, do, o, lse, ws, ga, gb
                 torch.cuda.empty_cache()
 

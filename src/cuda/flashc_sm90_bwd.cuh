@@ -1,11 +1,11 @@
 // flashc_sm90_bwd.cuh -- the Hopper (sm_90a) backward: dK_j, dV_j and dQ_i by wgmma.
 // Included by the generated inst/flashc_bwd_hd*_*_sm90.cu files only (built for sm_90a alone);
 // flashc_cuda.cu sends a backward here only on a 9.0 device, with 16-byte aligned tensors, for
-// head dims 64 and 128 (padded: 8..64, 72..128) in the atomic (non-deterministic) mode, and for
-// head dim 256 (padded: 136..256) in both modes, and 64 / 128 in the deterministic mode (their dQ
-// kernel adds no atomics). Everything else runs the mma.sync kernels of flashc_cuda_bwd.cuh, whose
-// pre-pass (D_i, lse2_i) and dQ conversion this path calls (instantiated in the plain inst/ files,
-// so that no kernel is compiled twice for different archs).
+// head dims 64, 128 and 256 (padded: 8..64, 72..128, 136..256) in both modes (the deterministic
+// one, and D = 256 always, run a dQ kernel that adds no atomics). Everything else runs the
+// mma.sync kernels of flashc_cuda_bwd.cuh, whose pre-pass (D_i, lse2_i) and dQ conversion this path
+// calls (instantiated in the plain inst/ files, so that no kernel is compiled twice for different
+// archs).
 // D = 64 runs the kernel below with 128-row query steps, with the TMA producer, P^T and dS^T made
 // together (LATE_DV) and lse2_i / D_i brought by the consumers (OWN_STATS): H200, one process,
 // 1.01-1.08x its cp.async mode (bench/results/h200-2026-12-01-s9-own.txt; S = 16k: 369 against 344
@@ -295,11 +295,10 @@ typedef struct flashc_sm90_bwd_maps {
 // and dV_j through 0 x Inf (P^T = 0 masks those queries, but dP^T = V dO^T does not, and dK +=
 // dS^T Q, dV += P^T dO multiply them). The consumers zero those rows of the slot before its first
 // wgmma, in that step only (sm90_zero_rows). An instance of its own, as the forward's RAGGED, so
-// that the batch-mode kernels stay as they are.
-// DQ = false (the deterministic mode): dK_j and dV_j only; flashc_bwd_sm90_dq_kernel makes
-// dQ. H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2,
+// that the batch-mode kernels stay as they are. H200, 2026-12-03 (h200-2026-12-03-s22.txt call 2,
 // dev/cuda/ab.py --varlen --bwd, 16k tokens, sequences of ~512 / 2048 / 8192) against the cp.async
 // mode varlen ran before: D = 64 1.08-1.33x, D = 128 1.14-1.38x.
+// DQ = false (the deterministic mode): dK_j and dV_j only; flashc_bwd_sm90_dq_kernel makes dQ.
 template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
 __global__ void __launch_bounds__(128 * (2 + WS), 1)
     flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
@@ -515,8 +514,6 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 #pragma unroll
                 for (int k4 = 0; k4 < BM / 16; k4++)
                     stmatrix_x4((a0 ^ ((k4 & 3) << 5)) + (k4 >> 2) * (BN * 128), adS[k4]);
-            }
-            if (DQ) {
                 fence_proxy_async_smem();
                 bulk_wait_read<0>(); // the previous step's dQ reduction has read the dQ tile
             }
@@ -1053,74 +1050,56 @@ static cudaError_t flashc_cuda_bwd_sm90_main(flashc_bwd_params *p, flashc_sm90_b
     return flashc_cuda_bwd_sm90_run<T, D, WS, STAGES>(p, maps, stream);
 }
 
-// D = 256: the pre-pass, the dK/dV kernel, then the dQ kernel, when the maps encode; else the whole
-// mma.sync backward.
-template <typename T>
-static cudaError_t flashc_cuda_bwd_sm90_d256(flashc_bwd_params *p, cudaStream_t stream) {
-    constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem = flashc_sm90_bwd256_smem(STAGES);
-    constexpr int smem_dq = flashc_sm90_bwd_dq_smem(256, STAGES);
-    flashc_sm90_bwd_maps maps = {};
-    if (!flashc_sm90_bwd_make_maps<256>(p, &maps, true)) return flashc_cuda_bwd_launch<T, 256>(p, stream);
-    p->D_pad = 256;
-    if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
-    const long long blocks = (long long)((p->a.Sk + 63) / 64) * p->a.B * p->a.H_kv;
-    const long long qblocks = (long long)((p->a.Sq + FLASHC_SM90_BWD_BM - 1) / FLASHC_SM90_BWD_BM) * p->a.B * p->a.H;
-    if (blocks > 0x7fffffffLL || qblocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    p->dq_acc = NULL; // the pre-pass zeroes no dq_acc
-    cudaError_t e;
-    if ((e = flashc_cuda_bwd_prepass<T, 256>(p, stream)) != cudaSuccess) return e;
-    // varlen, seqused_k: the RAGGED instances (rows past a sequence's end zeroed in shared memory)
-    const bool ragged = p->a.cu_q || p->a.seqused_k;
-    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
-        ragged ? flashc_bwd_sm90_dkdv256_kernel<T, STAGES, true> : flashc_bwd_sm90_dkdv256_kernel<T, STAGES>;
-    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-    if (blocks) k<<<(unsigned)blocks, 384, smem, stream>>>(*p, maps);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
-        ragged ? flashc_bwd_sm90_dq_kernel<T, 256, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, 256, STAGES>;
-    if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
-    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps);
-    return cudaGetLastError();
-}
-
-// The deterministic mode at D = 64 / 128: the pre-pass, the D <= 128 kernel without its dQ (DQ =
-// false), then the dQ kernel (no dq_acc, no atomics), when the maps encode; else the mma.sync
-// backward. (At D = 64 the two kernels step over 128 and 64 query rows: a map set each.)
+// The two-kernel backward, D = 256 in both modes and D = 64 / 128 in the deterministic one: the
+// pre-pass, the dK/dV kernel (D = 256: its own; else flashc_bwd_sm90_kernel without its dQ), then
+// the dQ kernel (no dq_acc, no atomics), when the maps encode; else the mma.sync backward. At D = 64
+// the dK/dV kernel steps 128 query rows and the dQ kernel 64: a map set each.
 template <typename T, int D>
-static cudaError_t flashc_cuda_bwd_sm90_det(flashc_bwd_params *p, cudaStream_t stream) {
+static cudaError_t flashc_cuda_bwd_sm90_two(flashc_bwd_params *p, cudaStream_t stream) {
     constexpr int STAGES = FLASHC_SM90_BWD256_STAGES, smem_dq = flashc_sm90_bwd_dq_smem(D, STAGES);
+    constexpr bool ONE_MAP_SET = flashc_sm90_bwd_bm(D) == FLASHC_SM90_BWD_BM;
     flashc_sm90_bwd_maps maps = {}, maps_dq = {};
     if (!flashc_sm90_bwd_make_maps<D>(p, &maps, true) ||
-        !flashc_sm90_bwd_make_maps<D>(p, &maps_dq, true, FLASHC_SM90_BWD_BM))
+        (!ONE_MAP_SET && !flashc_sm90_bwd_make_maps<D>(p, &maps_dq, true, FLASHC_SM90_BWD_BM)))
         return flashc_cuda_bwd_launch<T, D>(p, stream);
     p->D_pad = D;
     if ((long long)p->a.B * p->a.H == 0) return cudaSuccess;
     const long long qblocks = (long long)((p->a.Sq + FLASHC_SM90_BWD_BM - 1) / FLASHC_SM90_BWD_BM) * p->a.B * p->a.H;
     if (qblocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    p->dq_acc = NULL;
+    p->dq_acc = NULL; // the pre-pass zeroes no dq_acc
     cudaError_t e;
     if ((e = flashc_cuda_bwd_prepass<T, D>(p, stream)) != cudaSuccess) return e;
+    // varlen, seqused_k: the RAGGED instances (rows past a sequence's end zeroed in shared memory)
     const bool ragged = p->a.cu_q || p->a.seqused_k;
-    e = p->a.cu_q ? flashc_cuda_bwd_sm90_run<T, D, true, 2, true, false>(p, maps, stream)
-                  : flashc_cuda_bwd_sm90_run<T, D, true, 2, false, false>(p, maps, stream);
+    if constexpr (D == 256) {
+        constexpr int smem = flashc_sm90_bwd256_smem(STAGES);
+        const long long blocks = (long long)((p->a.Sk + 63) / 64) * p->a.B * p->a.H_kv;
+        if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+        void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
+            ragged ? flashc_bwd_sm90_dkdv256_kernel<T, STAGES, true> : flashc_bwd_sm90_dkdv256_kernel<T, STAGES>;
+        if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
+        if (blocks) k<<<(unsigned)blocks, 384, smem, stream>>>(*p, maps);
+        e = cudaGetLastError();
+    } else { // (its RAGGED instance is for varlen only: K_j, V_j come by cp.async there)
+        e = p->a.cu_q ? flashc_cuda_bwd_sm90_run<T, D, true, 2, true, false>(p, maps, stream)
+                      : flashc_cuda_bwd_sm90_run<T, D, true, 2, false, false>(p, maps, stream);
+    }
     if (e != cudaSuccess) return e;
     void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
         ragged ? flashc_bwd_sm90_dq_kernel<T, D, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, D, STAGES>;
     if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
-    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, maps_dq);
+    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, ONE_MAP_SET ? maps : maps_dq);
     return cudaGetLastError();
 }
 
-// The launcher: D = 256 above; D = 64 / 128: the deterministic mode above, else the dq_acc zero
-// and pre-pass, the kernel, and the dQ conversion (flashc_cuda_bwd.cuh).
+// The launcher: the two kernels above (D = 256; the deterministic mode), else the dq_acc zero and
+// pre-pass, flashc_bwd_sm90_kernel, and the dQ conversion (flashc_cuda_bwd.cuh).
 template <typename T, int D>
 cudaError_t flashc_cuda_bwd_sm90_launch(flashc_bwd_params *p, cudaStream_t stream) {
     if constexpr (D == 256) {
-        return flashc_cuda_bwd_sm90_d256<T>(p, stream);
+        return flashc_cuda_bwd_sm90_two<T, D>(p, stream);
     } else {
-        if (p->deterministic) {
-            return flashc_cuda_bwd_sm90_det<T, D>(p, stream);
-        }
+        if (p->deterministic) return flashc_cuda_bwd_sm90_two<T, D>(p, stream);
         flashc_sm90_bwd_maps maps = {};
         if (!flashc_sm90_bwd_dq_map<D>(p, &maps.dq)) return flashc_cuda_bwd_launch<T, D>(p, stream);
         p->D_pad = D;
