@@ -12,27 +12,32 @@
 #   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes), on the "rows
 #      holding NaN / Inf" cases (varlen / seqused_k, both backward modes), on test_kvcache and on
 #      test_fp8 --quick
-# Logs go to build/gpu-logs, or under the device tool's $OUT, where they end as gpu-logs.tar.gz beside
-# summary.txt and the results files; a short summary is printed last.
+# Logs go to $BUILD/gpu-logs; with the device tool's $OUT set, summary.txt is kept up to date there
+# as each step ends, and the logs and results files follow at the end (gpu-logs.tar.gz, *.jsonl); a
+# short summary is printed last.
 # Without a GPU (no nvidia-smi, or no device), steps 2-4 are skipped with a message and it exits 0.
 # Exit status: 0 all passed, 1 a test or sanitizer failed, 2 the build failed.
 #
-# Usage: sh scripts/gpu.sh [all|test|python|bench|sanitize]...   (default: all, in that order)
+# Usage: sh scripts/gpu.sh [all|test|python|bench|sanitize|memcheck|racecheck]...   (default: all)
+#   Under the device tool's 600 s a call, one step a call: test ~4 min, python ~3, memcheck and
+#   racecheck ~5-6 each (H200, 2026-12-03); sanitize = both, which no longer fits one call.
 #   BUILD=dir (default build); GPU_JOBS=N make parallelism (default: nproc); SKIP_BUILD=1 uses an
 #   existing $BUILD/libflashc.so and $BUILD/test_flashc; TEST_TIMEOUT / SANITIZE_TIMEOUT in seconds;
 #   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the sanitizer cases.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-LOG=${OUT:+$OUT/logs}
-LOG=${LOG:-$BUILD/gpu-logs}
+LOG=$BUILD/gpu-logs # (not under $OUT while running: the device tool returns at most 8 files)
+rm -rf "$LOG"
 mkdir -p "$LOG"
 STEPS=${*:-all}
 want() { case " $STEPS " in *" all "*|*" $1 "*) return 0 ;; esac; return 1; }
 SUMMARY="$LOG/summary.txt"
 : >"$SUMMARY"
 touch "$LOG/.start" # results files newer than this are this run's
-note() { echo "$*" | tee -a "$SUMMARY"; }
+# each note also lands in $OUT/summary.txt at once, so a run cut off by the device tool's time limit
+# still returns what it got that far
+note() { echo "$*" | tee -a "$SUMMARY"; [ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT/summary.txt"; return 0; }
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -e "$BUILD/libflashc.so" ]; then
     start=$(date +%s)
@@ -100,9 +105,10 @@ sanitize() {
          "$(grep -E 'passed.*failed' "$slog" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
 }
 
-if want sanitize; then
+if want sanitize || want memcheck || want racecheck; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for tool in memcheck racecheck; do
+            want sanitize || want $tool || continue
             sanitize $tool $tool $tool.log "$BUILD/test_flashc" --backend cuda --quick \
                 ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # a persistent forward grid of 3 CTAs: the rings and tile records wrap many times
@@ -128,6 +134,6 @@ cat "$SUMMARY"
 # every log in one archive
 if [ -n "${OUT:-}" ]; then
     cp "$SUMMARY" "$LOG"/*.jsonl "$OUT/" 2>/dev/null
-    tar -C "$OUT" -czf "$OUT/gpu-logs.tar.gz" logs && rm -rf "$LOG"
+    tar -C "$LOG/.." -czf "$OUT/gpu-logs.tar.gz" gpu-logs
 fi
 exit $rc
