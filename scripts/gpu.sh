@@ -19,8 +19,8 @@
 # Exit status: 0 all passed, 1 a test or sanitizer failed, 2 the build failed.
 #
 # Usage: sh scripts/gpu.sh [all|test|python|bench|sanitize|memcheck|racecheck]...   (default: all)
-#   Under the device tool's 600 s a call, one step a call: test ~4 min, python ~3, memcheck and
-#   racecheck ~5-6 each (H200, 2026-12-03); sanitize = both, which no longer fits one call.
+#   Under the device tool's 600 s a call, one step a call (H200, 2026-12-03, roughly: python 3 min,
+#   one test_flashc sweep 1, memcheck and racecheck ~5 each); sanitize = both: too long for one call.
 #   BUILD=dir (default build); GPU_JOBS=N make parallelism (default: nproc); SKIP_BUILD=1 uses an
 #   existing $BUILD/libflashc.so and $BUILD/test_flashc; TEST_TIMEOUT / SANITIZE_TIMEOUT in seconds;
 #   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the sanitizer cases.
