@@ -60,7 +60,7 @@ run_test() {
     start=$(date +%s)
     timeout "${TEST_TIMEOUT:-900}" "$@" >"$tlog" 2>&1
     t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$tlog" | head -20
+    [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$tlog" | head -20 | tee -a "$SUMMARY"
     note "$label: $(tail -1 "$tlog") [exit $t, $(( $(date +%s) - start )) s; log $(basename "$tlog")]"
 }
 
@@ -79,7 +79,7 @@ if want python; then
     FLASHC_LIBRARY="$PWD/$BUILD/libflashc.so" FLASHC_REQUIRE_CUDA=1 PYTHONUNBUFFERED=1 timeout "${PYTEST_TIMEOUT:-900}" \
         python3 -m pytest -q ${PYTEST_ARGS:-python/tests} >"$LOG/python.log" 2>&1
     t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "FAILED|Error" "$LOG/python.log" | head -10
+    [ $t -ne 0 ] && rc=1 && grep -E "FAILED|Error" "$LOG/python.log" | head -10 | tee -a "$SUMMARY"
     note "python (cuda): $(tail -1 "$LOG/python.log") [exit $t, $(( $(date +%s) - start )) s; log python.log]"
 fi
 
@@ -100,7 +100,7 @@ sanitize() {
     start=$(date +%s)
     timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$slog" 2>&1
     t=$?
-    [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$slog" | head -10
+    [ $t -ne 0 ] && rc=1 && grep -E "ERROR|Invalid|Race|hazard" "$slog" | head -10 | tee -a "$SUMMARY"
     note "compute-sanitizer $label: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$slog" | tail -1) |" \
          "$(grep -E 'passed.*failed' "$slog" | tail -1) [exit $t, $(( $(date +%s) - start )) s]"
 }
