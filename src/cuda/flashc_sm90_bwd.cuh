@@ -1030,16 +1030,24 @@ static bool flashc_sm90_bwd_dq_map(const flashc_bwd_params *p, CUtensorMap *m) {
     return sm90_tma_map(m, p->dq_acc, 4, dim, st, 64);
 }
 
+// One launch of any of this file's kernels: its shared memory asked first (past 48 KB it must be),
+// nothing launched for an empty grid, a grid past int32 refused.
+typedef void (*flashc_sm90_bwd_fn)(const flashc_bwd_params, const flashc_sm90_bwd_maps);
+static cudaError_t flashc_sm90_bwd_go(flashc_sm90_bwd_fn k, long long blocks, int threads, int smem, const flashc_bwd_params *p,
+                                      const flashc_sm90_bwd_maps &maps, cudaStream_t stream) {
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    if (blocks) k<<<(unsigned)blocks, threads, smem, stream>>>(*p, maps);
+    return cudaGetLastError();
+}
+
 template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
 static cudaError_t flashc_cuda_bwd_sm90_run(flashc_bwd_params *p, const flashc_sm90_bwd_maps &maps, cudaStream_t stream) {
-    constexpr int smem = flashc_sm90_bwd_smem(D, STAGES), BN = 128;
+    constexpr int BN = 128;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) = flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED, DQ>;
-    cudaError_t e;
-    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-    if (blocks) k<<<(unsigned)blocks, 128 * (2 + WS), smem, stream>>>(*p, maps);
-    return cudaGetLastError();
+    return flashc_sm90_bwd_go(flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED, DQ>, blocks, 128 * (2 + WS),
+                              flashc_sm90_bwd_smem(D, STAGES), p, maps, stream);
 }
 
 // WS: the cp.async mode where the maps cannot be made; varlen on the RAGGED instance (2 stages).
@@ -1072,24 +1080,16 @@ static cudaError_t flashc_cuda_bwd_sm90_two(flashc_bwd_params *p, cudaStream_t s
     // varlen, seqused_k: the RAGGED instances (rows past a sequence's end zeroed in shared memory)
     const bool ragged = p->a.cu_q || p->a.seqused_k;
     if constexpr (D == 256) {
-        constexpr int smem = flashc_sm90_bwd256_smem(STAGES);
         const long long blocks = (long long)((p->a.Sk + 63) / 64) * p->a.B * p->a.H_kv;
-        if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-        void (*k)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
-            ragged ? flashc_bwd_sm90_dkdv256_kernel<T, STAGES, true> : flashc_bwd_sm90_dkdv256_kernel<T, STAGES>;
-        if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-        if (blocks) k<<<(unsigned)blocks, 384, smem, stream>>>(*p, maps);
-        e = cudaGetLastError();
+        e = flashc_sm90_bwd_go(ragged ? flashc_bwd_sm90_dkdv256_kernel<T, STAGES, true> : flashc_bwd_sm90_dkdv256_kernel<T, STAGES>,
+                               blocks, 384, flashc_sm90_bwd256_smem(STAGES), p, maps, stream);
     } else { // (its RAGGED instance is for varlen only: K_j, V_j come by cp.async there)
         e = p->a.cu_q ? flashc_cuda_bwd_sm90_run<T, D, true, 2, true, false>(p, maps, stream)
                       : flashc_cuda_bwd_sm90_run<T, D, true, 2, false, false>(p, maps, stream);
     }
     if (e != cudaSuccess) return e;
-    void (*kq)(const flashc_bwd_params, const flashc_sm90_bwd_maps) =
-        ragged ? flashc_bwd_sm90_dq_kernel<T, D, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, D, STAGES>;
-    if ((e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq)) != cudaSuccess) return e;
-    if (qblocks) kq<<<(unsigned)qblocks, 384, smem_dq, stream>>>(*p, ONE_MAP_SET ? maps : maps_dq);
-    return cudaGetLastError();
+    return flashc_sm90_bwd_go(ragged ? flashc_bwd_sm90_dq_kernel<T, D, STAGES, true> : flashc_bwd_sm90_dq_kernel<T, D, STAGES>,
+                              qblocks, 384, smem_dq, p, ONE_MAP_SET ? maps : maps_dq, stream);
 }
 
 // The launcher: the two kernels above (D = 256; the deterministic mode), else the dq_acc zero and
