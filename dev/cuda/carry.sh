@@ -24,7 +24,7 @@ add)
     make -C "$tree" -j"$(nproc)" BUILD=build-obj GPU_ARCH=-gencode=arch=compute_90a,code=sm_90a \
         lib build-obj/test_flashc build-obj/test_kvcache build-obj/test_fp8 >"$PACK.$name.log" 2>&1 ||
         { tail -20 "$PACK.$name.log"; exit 1; }
-    grep -h "spill" "$PACK.$name.log" | sed 's/^/ptxas: /' | sort -u || true
+    grep -h "spilled" "$PACK.$name.log" | sed 's/^/ptxas: /' | sort -u || true
     mkdir -p "$PACK/$name"
     for f in libflashc.so test_flashc test_kvcache test_fp8; do cp "$tree/build-obj/$f" "$PACK/$name/"; done
     strip "$PACK/$name"/*
