@@ -19,11 +19,16 @@
 # Exit status: 0 all passed, 1 a test or sanitizer failed, 2 the build failed.
 #
 # Usage: sh scripts/gpu.sh [all|test|python|bench|sanitize|memcheck|racecheck]...   (default: all)
-#   Under the device tool's 600 s a call, one step a call (H200, 2026-12-03, roughly: python 3 min,
-#   one test_flashc sweep 1, memcheck and racecheck ~5 each); sanitize = both: too long for one call.
+#   Under the device tool's 600 s a call, one step a call. On the H200 (2026-12-03, session 24):
+#   test 289 s (each test_flashc sweep ~50, test_fp8 130), python 175, bench 69, memcheck 134;
+#   racecheck of test_flashc --quick alone ran past 595 s (its "rows holding" run took 72), so split
+#   racecheck over calls with SANITIZE_RUNS and SANITIZE_FILTER (e.g. SANITIZE_RUNS=quick
+#   SANITIZE_FILTER="cuda bf16", then "cuda f16": every case line names backend and dtype so; then
+#   SANITIZE_RUNS="ctas3" the same way, then SANITIZE_RUNS="rows kvcache fp8"; halves not timed yet).
 #   BUILD=dir (default build); GPU_JOBS=N make parallelism (default: nproc); SKIP_BUILD=1 uses an
 #   existing $BUILD/libflashc.so and $BUILD/test_flashc; TEST_TIMEOUT / SANITIZE_TIMEOUT in seconds;
-#   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the sanitizer cases.
+#   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the two --quick runs'
+#   cases; SANITIZE_RUNS picks the sanitizer runs (default: quick ctas3 rows kvcache fp8).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -107,19 +112,22 @@ sanitize() {
 
 if want sanitize || want memcheck || want racecheck; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
+        RUNS=" ${SANITIZE_RUNS:-quick ctas3 rows kvcache fp8} "
+        part() { case $RUNS in *" $1 "*) return 0 ;; esac; return 1; }
         for tool in memcheck racecheck; do
             want sanitize || want $tool || continue
-            sanitize $tool $tool $tool.log "$BUILD/test_flashc" --backend cuda --quick \
+            part quick && sanitize $tool $tool $tool.log "$BUILD/test_flashc" --backend cuda --quick \
                 ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # a persistent forward grid of 3 CTAs: the rings and tile records wrap many times
-            FLASHC_CUDA_CTAS=3 sanitize $tool "$tool (3 CTAs)" $tool-ctas3.log "$BUILD/test_flashc" --backend cuda \
-                --quick ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
+            part ctas3 && FLASHC_CUDA_CTAS=3 sanitize $tool "$tool (3 CTAs)" $tool-ctas3.log "$BUILD/test_flashc" \
+                --backend cuda --quick ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # the ragged and deterministic backward paths: rows past a sequence's end hold NaN / Inf
-            sanitize $tool "$tool (rows holding)" $tool-rows.log "$BUILD/test_flashc" --backend cuda --filter "rows holding"
+            part rows && sanitize $tool "$tool (rows holding)" $tool-rows.log "$BUILD/test_flashc" --backend cuda \
+                --filter "rows holding"
             # the decode kernels and the merge: every KV-cache case (small caches)
-            sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
+            part kvcache && sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
             # the e4m3 forward (its V^T pre-pass and both key-block tiles)
-            sanitize $tool "$tool (test_fp8)" fp8-$tool.log "$BUILD/test_fp8" --backend cuda --quick
+            part fp8 && sanitize $tool "$tool (test_fp8)" fp8-$tool.log "$BUILD/test_fp8" --backend cuda --quick
         done
     else
         note "compute-sanitizer: not installed: skipped"
