@@ -59,7 +59,14 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     // Alg. 1 line 6: load Q_i (transposed: queries in the lanes), with scale * log2 e folded in;
     // with softcap the tanh needs the natural-unit score, so log2 e comes after it.
     const float qmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
-    tile_load_T(t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D, dt, qmul);
+    // bf16 with AVX-512 BF16: the products by dot products on bf16 pairs (flashc_cpu_tile.h), the
+    // scale applied to S_ij; their tiles (Q2, K_j, V2, P2) take the fp32 tiles' memory, each needing
+    // at most as much
+    const int dot = FLASHC_CPU_BF16DOT && dt == FLASHC_DTYPE_BF16 && D % 2 == 0;
+    if (dot)
+        tile_load_T2((uint32_t *)t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D);
+    else
+        tile_load_T(t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D, dt, qmul);
 
     // The rows' key ranges. Keys outside [kv_lo, kv_hi) are seen by no row and never loaded; a key
     // block inside [max_lo, min_hi) is seen whole by every row and needs no mask.
@@ -89,7 +96,13 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     const int64_t tag0 = ((int64_t)b * p->H_kv + kvh) * ceil_div(p->Sk, FLASHC_CPU_FWD_BC);
     for (int64_t j0 = kv_lo / FLASHC_CPU_FWD_BC * FLASHC_CPU_FWD_BC; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
         const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0), jb = j0 / FLASHC_CPU_FWD_BC;
-        kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb); // Alg. 1 line 8: load K_j, V_j
+        // Alg. 1 line 8: load K_j, V_j (dot: the nk rows some query sees, copied, not widened, so
+        // without the row cache)
+        if (dot)
+            tile_load_KV2((uint16_t *)t.K, (uint32_t *)t.V, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1],
+                          key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk, D);
+        else
+            kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb);
         // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
         // their rows, not just tile_load_rows' first ROW_PREFETCH, since each row sits in its own
         // 4 KiB page at H = 16 and asking early hid enough of that to run 16% faster on one
@@ -111,7 +124,10 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         ra = ra / FWD_LANES * FWD_LANES;
         const int64_t na = max64(0, min64(nl, ceil_div(rb, FWD_LANES) * FWD_LANES) - ra);
         float *ST = t.ST + ra;
-        tile_qkT(ST, t.K, ld, t.QT + ra, nk, na, D); // S_ij = Q_i K_j^T
+        if (dot)
+            tile_qkT2(ST, (const uint16_t *)t.K, (const uint32_t *)t.QT + ra, nk, na, D, qmul);
+        else
+            tile_qkT(ST, t.K, ld, t.QT + ra, nk, na, D); // S_ij = Q_i K_j^T
         if (p->softcap > 0) // cap * tanh(S / cap)
             for (int64_t c = 0; c < nk; c++) tile_softcap(ST + c * BRF, NULL, na, p->softcap, LOG2E);
         if (slope2 != 0.0f) tile_alibi_kq(ST, nk, na, i0 + ra, j0, diag_off, slope2); // - slope |i - j|
@@ -120,7 +136,11 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         tile_rowmax(m_new + ra, t.m_use + ra, ST, m_old + ra, nk, na); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
         tile_alpha(t.alpha + ra, m_old + ra, t.m_use + ra, na);         // alpha = 2^(m_i^{j-1} - m_i^j)
         tile_exp_rowsum(ST, t.l + ra, t.m_use + ra, t.alpha + ra, nk, na); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
-        tile_pv_acc(t.OT + ra, t.alpha + ra, ST, t.V, ld, nk, na, D);   // O_i = diag(alpha) O_i + P_ij V_j
+        if (dot) {
+            tile_P2(ST, nk, na);
+            tile_pv_acc2(t.OT + ra, t.alpha + ra, (const uint32_t *)ST, (const uint32_t *)t.V, nk, na, D);
+        } else
+            tile_pv_acc(t.OT + ra, t.alpha + ra, ST, t.V, ld, nk, na, D); // O_i = diag(alpha) O_i + P_ij V_j
         for (int64_t r = 0; r < ra; r++) m_new[r] = m_old[r];
         for (int64_t r = ra + na; r < nl; r++) m_new[r] = m_old[r];
         float *swap = m_old;
