@@ -787,6 +787,7 @@ static void naive_blas_fwd(const shape *s, float scale, const float *q, const fl
 typedef struct naive_run {
     const shape *s;
     const float *q, *k, *v;
+    float *wq, *wk, *wv; // f16 / bf16 inputs widened (NULL for fp32 ones)
     float *o;
     float *S[64];
     int nth;
@@ -844,6 +845,19 @@ __attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters) {
     for (int u = 1; u < 16; u++) s = _mm512_add_ps(s, a[u]);
     return _mm512_reduce_add_ps(s);
 }
+
+// The bf16 ceiling (AVX-512 BF16), for bf16 runs: 16 chains of vdpbf16ps, each instruction 16 lanes
+// x 2 multiply-adds, the products flashc's bf16 kernels use where the CPU has them.
+__attribute__((target("avx512f,avx512bf16"))) static float dot_loop_avx512bf16(int64_t iters) {
+    const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3f803f80), c = (__m512bh)_mm512_set1_epi32(0x33d633d6);
+    __m512 a[16];
+    for (int u = 0; u < 16; u++) a[u] = _mm512_set1_ps(1.0f + 0.1f * (float)u);
+    for (int64_t i = 0; i < iters; i++)
+        for (int u = 0; u < 16; u++) a[u] = _mm512_dpbf16_ps(a[u], b, c);
+    __m512 s = a[0];
+    for (int u = 1; u < 16; u++) s = _mm512_add_ps(s, a[u]);
+    return _mm512_reduce_add_ps(s);
+}
 #endif
 
 // Portable fallback: 8 independent scalar multiply-add chains (counted as 2 flops each).
@@ -857,7 +871,7 @@ static float fma_loop_scalar(int64_t iters) {
 }
 
 typedef struct fma_job {
-    int isa; // 0 scalar, 1 avx2, 2 avx512
+    int isa; // 0 scalar, 1 avx2, 2 avx512, 3 avx512 bf16 dot products
     int64_t iters;
     pthread_barrier_t *bar;
     volatile float sink;
@@ -867,7 +881,8 @@ static void *fma_worker(void *arg) {
     fma_job *j = arg;
     pthread_barrier_wait(j->bar);
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (j->isa == 2) j->sink = fma_loop_avx512(j->iters);
+    if (j->isa == 3) j->sink = dot_loop_avx512bf16(j->iters);
+    else if (j->isa == 2) j->sink = fma_loop_avx512(j->iters);
     else if (j->isa == 1) j->sink = fma_loop_avx2(j->iters);
     else
 #endif
@@ -875,7 +890,9 @@ static void *fma_worker(void *arg) {
     return NULL;
 }
 
-static double fma_flops_per_iter(int isa) { return isa == 2 ? 2.0 * 16 * 16 : isa == 1 ? 2.0 * 8 * 12 : 2.0 * 8; }
+static double fma_flops_per_iter(int isa) {
+    return isa == 3 ? 4.0 * 16 * 16 : isa == 2 ? 2.0 * 16 * 16 : isa == 1 ? 2.0 * 8 * 12 : 2.0 * 8;
+}
 
 // One timed run of the FMA loop on nth threads; returns GFLOP/s.
 static double fma_run(int isa, int nth, int64_t iters) {
@@ -906,15 +923,22 @@ typedef struct fma_ceiling {
     const char *isa;
 } fma_ceiling;
 
-static fma_ceiling measure_fma(int nth) {
+static int fma_is_dot(const fma_ceiling *c) { return !strcmp(c->isa, "avx512bf16 dot"); }
+
+// bf16: the bf16 dot-product ceiling where the CPU has one (flashc's bf16 kernels use it), else the
+// fp32 FMA one (bf16 is widened to fp32 there)
+static fma_ceiling measure_fma(int nth, int bf16) {
     if (nth > 64) nth = 64;
-    int isas[3], n = 0;
+    int isas[4], n = 0;
     isas[n++] = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas[n++] = 1;
     if (__builtin_cpu_supports("avx512f")) isas[n++] = 2;
+    if (bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) isas[n++] = 3;
+#else
+    (void)bf16;
 #endif
-    static const char *isa_names[3] = {"scalar", "avx2+fma", "avx512f"};
+    static const char *isa_names[4] = {"scalar", "avx2+fma", "avx512f", "avx512bf16 dot"};
     fma_ceiling best = {0, "none"};
     for (int k = n > 1 ? 1 : 0; k < n; k++) { // scalar only when nothing wider exists
         int isa = isas[k];
@@ -1123,21 +1147,34 @@ static int run_shape(flashc_ctx *ctx, const opts *o, const shape *s, flashc_dtyp
         if (dir == 0 && peers && !is_cuda) {
 #ifdef FLASHC_BENCH_BLAS
             double s_gib = (double)s_bytes / (1024.0 * 1024.0 * 1024.0);
-            if (t != FLASHC_DTYPE_F32) {
-                x->nv_note = "f32 only";
-            } else if (ctx->ops->copy) {
+            if (ctx->ops->copy) {
                 x->nv_note = "host memory only";
             } else if (s_gib > 4.0) {
                 x->nv_note = "S > 4 GiB";
             } else {
-                // the peer reads the very same fp32 tensors
+                // the peer reads the very same fp32 tensors; f16 / bf16 ones widened to fp32 once,
+                // before the timing (sgemm has no 16-bit inputs: the naive attention a user of BLAS
+                // would write)
                 nr.s = s;
                 nr.q = r.q.p;
                 nr.k = r.k.p;
                 nr.v = r.v.p;
                 nr.nth = nth < 64 ? nth : 64;
-                nr.o = pages_alloc(o_bytes);
-                int ok = nr.o != NULL;
+                int ok = 1;
+                if (t != FLASHC_DTYPE_F32) {
+                    ok = (nr.wq = pages_alloc((size_t)nq * 4)) && (nr.wk = pages_alloc((size_t)nk * 4)) &&
+                         (nr.wv = pages_alloc((size_t)nk * 4));
+                    for (int64_t i = 0; ok && i < nq; i++) nr.wq[i] = flashc__load(r.q.p, i, t);
+                    for (int64_t i = 0; ok && i < nk; i++) {
+                        nr.wk[i] = flashc__load(r.k.p, i, t);
+                        nr.wv[i] = flashc__load(r.v.p, i, t);
+                    }
+                    nr.q = nr.wq;
+                    nr.k = nr.wk;
+                    nr.v = nr.wv;
+                }
+                nr.o = ok ? pages_alloc(o_bytes) : NULL;
+                ok &= nr.o != NULL;
                 if (ok) memset(nr.o, 0, o_bytes);
                 for (int i = 0; i < nr.nth; i++) ok &= (nr.S[i] = pages_alloc(s_bytes)) != NULL;
                 if (ok) tm[n_impl++] = (timed){call_naive, &nr, NULL, NULL, 1};
@@ -1157,6 +1194,9 @@ static int run_shape(flashc_ctx *ctx, const opts *o, const shape *s, flashc_dtyp
         r.ws.bytes = 0;
 #ifdef FLASHC_BENCH_BLAS
         if (nr.o) pages_free(nr.o, o_bytes);
+        if (nr.wq) pages_free(nr.wq, (size_t)nq * 4);
+        if (nr.wk) pages_free(nr.wk, (size_t)nk * 4);
+        if (nr.wv) pages_free(nr.wv, (size_t)nk * 4);
         for (int i = 0; i < nr.nth; i++) pages_free(nr.S[i], s_bytes);
 #endif
         if (mrc) goto out;
@@ -1296,7 +1336,7 @@ int main(int argc, char **argv) {
     fma_ceiling fma0 = {0, "none"}, fma1 = {0, "none"};
     if (peers && !is_cuda) {
         fprintf(stderr, "fma ceiling on %d threads ... ", nth);
-        fma0 = measure_fma(nth);
+        fma0 = measure_fma(nth, t == FLASHC_DTYPE_BF16);
         fprintf(stderr, "%.1f GFLOP/s (%s)\n", fma0.gflops, fma0.isa);
     }
     result *res = calloc((size_t)su.n * 2, sizeof *res);
@@ -1306,11 +1346,11 @@ int main(int argc, char **argv) {
     double t_total = now_s() - t_start;
     if (peers && !is_cuda) {
         fprintf(stderr, "fma ceiling again ... ");
-        fma1 = measure_fma(nth);
+        fma1 = measure_fma(nth, t == FLASHC_DTYPE_BF16);
         fprintf(stderr, "%.1f GFLOP/s (%s)\n", fma1.gflops, fma1.isa);
         ri.fma = fma1.gflops > fma0.gflops ? fma1 : fma0;
-        printf("fma_ceiling: %.1f GFLOP/s fp32 on %d threads (%s loop; %.1f before the shapes, %.1f after)\n",
-               ri.fma.gflops, nth, ri.fma.isa, fma0.gflops, fma1.gflops);
+        printf("fma_ceiling: %.1f GFLOP/s %s on %d threads (%s loop; %.1f before the shapes, %.1f after)\n",
+               ri.fma.gflops, fma_is_dot(&ri.fma) ? "bf16" : "fp32", nth, ri.fma.isa, fma0.gflops, fma1.gflops);
     }
 
     // table
@@ -1347,7 +1387,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     if (show_naive)
-        printf("speedup = naive_blas ms / flashc ms on the same inputs (naive_blas: fp32 forward only); "
+        printf("speedup = naive_blas ms / flashc ms on the same inputs (naive_blas: fp32 forward, on f16 / bf16 inputs widened to fp32); "
                "mem = peak extra resident MiB of the first call\n");
     ri.load1 = loadavg1();
     printf("timed section: %.1f s; load average (1 min) at end: %.2f\n", t_total, ri.load1);
@@ -1360,7 +1400,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (show_fma) {
-            json_line_common(f, "fma_ceiling", &ri, "cpu", "f32");
+            json_line_common(f, "fma_ceiling", &ri, "cpu", fma_is_dot(&ri.fma) ? "bf16" : "f32");
             fprintf(f,
                     ", \"gflops\": %.3f, \"tflops\": %.5f, \"threads\": %d, \"isa\": \"%s\", \"gflops_before\": %.3f, "
                     "\"gflops_after\": %.3f}\n",
