@@ -107,6 +107,7 @@ static inline void *flashc__cpu_take(char *base, size_t *off, size_t bytes) {
 //   QT  D x BR    Q_i^T * scale (* log2 e)     OT  D x BR   unnormalised O_i^T (fp32 accumulator)
 //   ST  BC x BR   S_ij^T, then P_ij^T in place
 //   K, V  BC x ld fp32 copies of K_j, V_j, ld = flashc__cpu_row_ld(D), where the microkernels read them
+//   (the AVX-512 bf16 forward keeps its bf16 tiles Q2, K_j, V2, P2 in QT, K, V, ST: flashc_cpu_tile.h)
 //   Kc, Vc  n_slots x BC x ld  the thread's key block cache (flashc__cpu_fwd_kv_slots)
 //   tag   n_slots int64: the block a slot holds, (b * H_kv + kv head) * ceil(Sk / BC) + j; -1 none
 //   m, m_new, m_use, l, alpha: BR each          lo, hi: BR int64 each, the rows' key ranges

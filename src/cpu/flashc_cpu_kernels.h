@@ -56,8 +56,9 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     const flashc_dtype dt = p->dtype;
     const size_t es = flashc__dtype_size(dt);
 
-    // Alg. 1 line 6: load Q_i (transposed: queries in the lanes), with scale * log2 e folded in;
-    // with softcap the tanh needs the natural-unit score, so log2 e comes after it.
+    // Alg. 1 line 6: load Q_i (transposed: queries in the lanes), with scale * log2 e folded in
+    // (the dot path applies it to S_ij); with softcap the tanh needs the natural-unit score, so
+    // log2 e comes after it.
     const float qmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
     // bf16 with AVX-512 BF16: the products by dot products on bf16 pairs (flashc_cpu_tile.h), the
     // scale applied to S_ij; their tiles (Q2, K_j, V2, P2) take the fp32 tiles' memory, each needing

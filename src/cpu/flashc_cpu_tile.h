@@ -104,7 +104,7 @@ FLASHC_FORCE_INLINE void tile_mm(int MR, int NV, float *restrict C, int64_t ldc,
 
 // ------------------------------------------------------------------------------------------------
 // loads: input rows (any dtype, row stride rs) to fp32 tiles. f16/bf16 are widened once here, at
-// the tile load, never inside the products.
+// the tile load, never inside the products (the AVX-512 bf16 forward below multiplies bf16 pairs).
 
 // How far ahead (in rows) the row loads ask for lines: an input row is read once per query (or key)
 // block and comes from L3 or DRAM, and rows of different heads sit in different 4 KiB pages (8 KiB
@@ -312,7 +312,7 @@ static void tile_pv_acc(float *restrict O_T, const float *restrict alpha, const 
 // fp32 lane l, twice the multiply-adds of an fp32 FMA per instruction, straight from bf16 pairs.
 // So the operands are tiles of 32-bit words, each a pair of bf16 along the product's reduction:
 //   S_ij^T = K_j Q_i^T:       K_j's rows as they are (pairs along D), Q2[d/2][lane] (tile_load_T2)
-//   O_i^T += V_j^T P_ij^T:    V2[c/2][d] (pairs of key rows, tile_load_V2), P2[c/2][lane] (tile_P2)
+//   O_i^T += V_j^T P_ij^T:    V2[c/2][d] (pairs of key rows, tile_load_KV2), P2[c/2][lane] (tile_P2)
 // P_ij is rounded to bf16 for the product, as the GPU kernels do; l_i sums it in fp32. Q_i is not
 // scaled before rounding: the scale multiplies S_ij in fp32 as it leaves the registers.
 
