@@ -988,6 +988,15 @@ static void json_line_common(FILE *f, const char *impl, const run_info *ri, cons
     if (ri->load0 >= 0) fprintf(f, ", \"load_avg_1m\": [%.2f, %.2f]", ri->load0, ri->load1);
 }
 
+// one ceiling line: the higher of the runs before and after the shapes, both beside it
+static void json_ceiling(FILE *f, const run_info *ri, const char *dtype, const fma_ceiling *c, double before, double after) {
+    json_line_common(f, "fma_ceiling", ri, "cpu", dtype);
+    fprintf(f,
+            ", \"gflops\": %.3f, \"tflops\": %.5f, \"threads\": %d, \"isa\": \"%s\", \"gflops_before\": %.3f, "
+            "\"gflops_after\": %.3f}\n",
+            c->gflops, c->gflops * 1e-3, ri->threads, c->isa, before, after);
+}
+
 static void json_result(FILE *f, const char *impl, const run_info *ri, const result *r, const stats *st, int is_cuda,
                         const char *dtype) {
     const shape *s = &r->s;
@@ -1408,18 +1417,10 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (show_fma) {
-            json_line_common(f, "fma_ceiling", &ri, "cpu", "f32");
-            fprintf(f,
-                    ", \"gflops\": %.3f, \"tflops\": %.5f, \"threads\": %d, \"isa\": \"%s\", \"gflops_before\": %.3f, "
-                    "\"gflops_after\": %.3f}\n",
-                    ri.fma.gflops, ri.fma.gflops * 1e-3, nth, ri.fma.isa, fma0.gflops, fma1.gflops);
+            json_ceiling(f, &ri, "f32", &ri.fma, fma0.gflops, fma1.gflops);
             lines++;
             if (ri.dot.gflops > 0) { // (dtype bf16: the same impl name, told apart by it)
-                json_line_common(f, "fma_ceiling", &ri, "cpu", "bf16");
-                fprintf(f,
-                        ", \"gflops\": %.3f, \"tflops\": %.5f, \"threads\": %d, \"isa\": \"%s\", \"gflops_before\": %.3f, "
-                        "\"gflops_after\": %.3f}\n",
-                        ri.dot.gflops, ri.dot.gflops * 1e-3, nth, ri.dot.isa, dot0.gflops, dot1.gflops);
+                json_ceiling(f, &ri, "bf16", &ri.dot, dot0.gflops, dot1.gflops);
                 lines++;
             }
         }
