@@ -1171,12 +1171,8 @@ static int run_shape(flashc_ctx *ctx, const opts *o, const shape *s, flashc_dtyp
                 int ok = 1;
                 if (t != FLASHC_DTYPE_F32) {
                     ok = (nr.wq = pages_alloc((size_t)nq * 4)) && (nr.wk = pages_alloc((size_t)nk * 4)) &&
-                         (nr.wv = pages_alloc((size_t)nk * 4));
-                    for (int64_t i = 0; ok && i < nq; i++) nr.wq[i] = flashc__load(r.q.p, i, t);
-                    for (int64_t i = 0; ok && i < nk; i++) {
-                        nr.wk[i] = flashc__load(r.k.p, i, t);
-                        nr.wv[i] = flashc__load(r.v.p, i, t);
-                    }
+                         (nr.wv = pages_alloc((size_t)nk * 4)) && !dev_read_floats(ctx, &r.q, nq, t, nr.wq) &&
+                         !dev_read_floats(ctx, &r.k, nk, t, nr.wk) && !dev_read_floats(ctx, &r.v, nk, t, nr.wv);
                     nr.q = nr.wq;
                     nr.k = nr.wk;
                     nr.v = nr.wv;
