@@ -164,6 +164,8 @@ static inline size_t flashc__cpu_fwd_carve(const flashc_problem *p, int64_t n_sl
 //   S, dP, T  BR x BC  S_ij -> P_ij, dP_ij -> dS_ij, tanh of the softcap (softcap only)
 //   Q, dO   BR x ld  fp32 copies of Q_i, dO_i, ld = flashc__cpu_row_ld(D)
 //   Qc, dOc n_slots x BR x ld  the thread's cache of Q_i, dO_i blocks (flashc__cpu_bwd_q_slots)
+//   (the bf16 dot products keep K_j^T, V_j^T, K_j, Q_i, dO_i, P_ij and dS_ij as bf16 pairs in the
+//   same tiles, and the bf16 rows of Q_i, dO_i in the cache slots: flashc_cpu_kernels.h)
 //   tag     n_slots int64: the block a slot holds, (b * H + h) * ceil(Sq / BR) + i; -1 none
 //   L2, Di: BR each (L_i * log2 e, D_i)       lo, hi: BR int64 each
 typedef struct flashc_cpu_bwd_scratch {

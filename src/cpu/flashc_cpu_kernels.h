@@ -99,10 +99,11 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0), jb = j0 / FLASHC_CPU_FWD_BC;
         // Alg. 1 line 8: load K_j, V_j (dot: the nk rows some query sees, copied, not widened, so
         // without the row cache)
-        if (dot)
-            tile_load_KV2((uint16_t *)t.K, (uint32_t *)t.V, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1],
-                          key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk, D);
-        else
+        if (dot) {
+            tile_copy_rows16((uint16_t *)t.K, D, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1], nk, D);
+            tile_pair_rows((uint32_t *)t.V, D, key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk,
+                           (nk + 1) / 2, D);
+        } else
             kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb);
         // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
         // their rows, not just tile_load_rows' first ROW_PREFETCH, since each row sits in its own
@@ -138,7 +139,7 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         tile_alpha(t.alpha + ra, m_old + ra, t.m_use + ra, na);         // alpha = 2^(m_i^{j-1} - m_i^j)
         tile_exp_rowsum(ST, t.l + ra, t.m_use + ra, t.alpha + ra, nk, na); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
         if (dot) {
-            tile_P2(ST, nk, na);
+            tile_pair_f32(ST, BRF, nk, na);
             tile_pv_acc2(t.OT + ra, t.alpha + ra, (const uint32_t *)ST, (const uint32_t *)t.V, nk, na, D);
         } else
             tile_pv_acc(t.OT + ra, t.alpha + ra, ST, t.V, ld, nk, na, D); // O_i = diag(alpha) O_i + P_ij V_j
@@ -206,13 +207,23 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     // Alg. 2 line 7: load K_j, V_j. K_j^T carries scale (* log2 e), for S = Q K^T in log2 units;
     // K_j (row-major, padded to Dp) carries the scale for dQ = scale dS K.
     const float kmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
+    // bf16 with AVX-512 BF16: the five products by dot products (flashc_cpu_tile.h), on K_j^T,
+    // V_j^T as bf16 pairs along D and K_j by pairs of key rows (the scales applied to S_ij and
+    // folded into dS_ij), in the fp32 tiles' memory
+    const int dot = FLASHC_CPU_BF16DOT && dt == FLASHC_DTYPE_BF16 && D % 2 == 0;
     const void *k_j = key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es);
     const void *v_j = key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es);
-    tile_load_T(t.KT, BCB, k_j, p->k_stride[1], nk, D, dt, kmul);
-    tile_load_T(t.VT, BCB, v_j, p->v_stride[1], nk, D, dt, 1.0f);
-    tile_load_rows(t.K, Dp, k_j, p->k_stride[1], nk, D, dt, p->scale);
-    for (int64_t c = 0; c < nk; c++)
-        for (int64_t d = D; d < Dp; d++) t.K[c * Dp + d] = 0.0f;
+    if (dot) {
+        tile_load_T2((uint32_t *)t.KT, BCB, k_j, p->k_stride[1], nk, D);
+        tile_load_T2((uint32_t *)t.VT, BCB, v_j, p->v_stride[1], nk, D);
+        tile_pair_rows((uint32_t *)t.K, Dp, k_j, p->k_stride[1], nk, (nk + 1) / 2, D);
+    } else {
+        tile_load_T(t.KT, BCB, k_j, p->k_stride[1], nk, D, dt, kmul);
+        tile_load_T(t.VT, BCB, v_j, p->v_stride[1], nk, D, dt, 1.0f);
+        tile_load_rows(t.K, Dp, k_j, p->k_stride[1], nk, D, dt, p->scale);
+        for (int64_t c = 0; c < nk; c++)
+            for (int64_t d = D; d < Dp; d++) t.K[c * Dp + d] = 0.0f;
+    }
     // Alg. 2 line 8: dK_j = 0, dV_j = 0
     memset(t.dKT, 0, sizeof(float) * (size_t)(D * BCB));
     memset(t.dVT, 0, sizeof(float) * (size_t)(D * BCB));
@@ -241,11 +252,19 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
         }
         // Alg. 2 line 10: load Q_i, dO_i into fp32 tiles (all min(BWD_BR, sq - i0) rows), through
         // the thread's cache slot min(ib, n_slots - 1), as the forward loads K_j, V_j
+        // (dot: the slot keeps the bf16 rows as they are, read in place)
         const int64_t slot = min64(ib, t.n_slots - 1), off = slot * FLASHC_CPU_BWD_BR * ld;
-        tile_load_rows_cached(t.Q, t.dO, t.Qc + off, t.dOc + off, &t.tag[slot], tag0 + ib,
-                              row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1],
-                              row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es), p->do_stride[1],
-                              min64(FLASHC_CPU_BWD_BR, s.sq - i0), D, ld, dt);
+        const void *q_i = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es);
+        const void *do_i = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es);
+        const uint16_t *Q16 = (const uint16_t *)(t.Qc + off), *dO16 = (const uint16_t *)(t.dOc + off);
+        if (!dot)
+            tile_load_rows_cached(t.Q, t.dO, t.Qc + off, t.dOc + off, &t.tag[slot], tag0 + ib, q_i, p->q_stride[1],
+                                  do_i, p->do_stride[1], min64(FLASHC_CPU_BWD_BR, s.sq - i0), D, ld, dt);
+        else if (t.tag[slot] != tag0 + ib) {
+            tile_copy_rows16((uint16_t *)Q16, D, q_i, p->q_stride[1], min64(FLASHC_CPU_BWD_BR, s.sq - i0), D);
+            tile_copy_rows16((uint16_t *)dO16, D, do_i, p->do_stride[1], min64(FLASHC_CPU_BWD_BR, s.sq - i0), D);
+            t.tag[slot] = tag0 + ib;
+        }
         const float *Q_i = t.Q, *dO_i = t.dO;
         const int64_t q_rs = ld, do_rs = ld;
         if (i0 + FLASHC_CPU_BWD_BR < r_end) { // Q_{i+1}, dO_{i+1} (unless cached) and their dQ rows, ahead of use
@@ -264,17 +283,38 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
         // 512, 1.04x at 1024, 1.03x at 2048, non-causal 0.99-1.00x (two runs of dev/cpu/ab.py,
         // bench/results/cpu_amd-epyc-2c_2026-12-02-rowwin.txt).
         const int64_t nc = min64(BCB, ceil_div(c_hi, BWD_COLS) * BWD_COLS);
-        tile_qkT_rows(t.S, Q_i, q_rs, t.KT, nq, nc, D); // S_ij = Q_i K_j^T
+        if (dot) // S_ij = Q_i K_j^T
+            tile_qkT_rows2(t.S, Q16, (const uint32_t *)t.KT, nq, nc, D, kmul);
+        else
+            tile_qkT_rows(t.S, Q_i, q_rs, t.KT, nq, nc, D);
         if (T)                                          // cap * tanh(S / cap)
             for (int64_t r = 0; r < nq; r++) tile_softcap(t.S + r * BCB, T + r * BCB, nc, p->softcap, LOG2E);
         if (slope2 != 0.0f) tile_alibi_qk(t.S, nq, nc, i0, j0, diag_off, slope2); // - slope |i - j|
         if (!full) tile_mask_qk(t.S, nq, nc, j0, t.lo, t.hi);                     // boundary block
         tile_exp_sub_lse(t.S, t.L2, nq, nc);                 // P_ij = exp(S_ij - L_i)
-        tile_dv_acc(t.dVT, dO_i, do_rs, t.S, nq, nc, D);     // dV_j += P_ij^T dO_i
-        tile_dP(t.dP, dO_i, do_rs, t.VT, nq, nc, D);         // dP_ij = dO_i V_j^T
-        tile_ds(t.dP, t.S, t.Di, T, nq, nc);                 // dS_ij = P_ij o (dP_ij - D_i)
-        tile_dq_acc(blk->dq_acc + i0 * Dp, Dp, t.dP, t.K, Dp, nq, min64(nk, nc)); // dQ_i += scale dS_ij K_j
-        tile_dk_acc(t.dKT, Q_i, q_rs, t.dP, nq, nc, D);      // dK_j += dS_ij^T Q_i (scaled below)
+        if (!dot) {
+            tile_dv_acc(t.dVT, dO_i, do_rs, t.S, nq, nc, D); // dV_j += P_ij^T dO_i
+            tile_dP(t.dP, dO_i, do_rs, t.VT, nq, nc, D);     // dP_ij = dO_i V_j^T
+            tile_ds(t.dP, t.S, t.Di, T, nq, nc);             // dS_ij = P_ij o (dP_ij - D_i)
+            tile_dq_acc(blk->dq_acc + i0 * Dp, Dp, t.dP, t.K, Dp, nq, min64(nk, nc)); // dQ_i += scale dS_ij K_j
+            tile_dk_acc(t.dKT, Q_i, q_rs, t.dP, nq, nc, D);  // dK_j += dS_ij^T Q_i (scaled below)
+        } else {
+            // Q_i, dO_i by pairs of rows into their fp32 tiles; P_ij's pairs of rows where its
+            // first rows were, dS_ij's in place, and dS_ij by rows (scaled for dQ_i) into the S
+            // tile's second half.
+            uint32_t *Q2 = (uint32_t *)t.Q, *dO2 = (uint32_t *)t.dO;
+            uint16_t *dS16 = (uint16_t *)(t.S + FLASHC_CPU_BWD_BR / 2 * BCB);
+            tile_pair_rows(Q2, D, Q16, D, nq, (nq + 1) / 2, D);
+            tile_pair_rows(dO2, D, dO16, D, nq, (nq + 1) / 2, D);
+            tile_qkT_rows2(t.dP, dO16, (const uint32_t *)t.VT, nq, nc, D, 1.0f); // dP_ij = dO_i V_j^T
+            tile_ds(t.dP, t.S, t.Di, T, nq, nc);
+            tile_pair_f32(t.S, BCB, nq, nc);
+            tile_dkv_acc2(t.dVT, dO2, (const uint32_t *)t.S, nq, nc, D); // dV_j += P_ij^T dO_i
+            tile_bf16_rows(dS16, BCB, t.dP, nq, nc, p->scale);
+            tile_pair_f32(t.dP, BCB, nq, nc);
+            tile_dkv_acc2(t.dKT, Q2, (const uint32_t *)t.dP, nq, nc, D); // dK_j += dS_ij^T Q_i
+            tile_dq_acc2(blk->dq_acc + i0 * Dp, Dp, dS16, (const uint32_t *)t.K, Dp, nq, min64(nk, nc));
+        }
     }
 
     // Alg. 2 line 24: write dK_j = scale dK_j, dV_j; GQA sums the group's heads in fp32 first

@@ -308,27 +308,85 @@ static void tile_pv_acc(float *restrict O_T, const float *restrict alpha, const 
 }
 
 // ------------------------------------------------------------------------------------------------
-// bf16 forward by dot products (AVX-512 BF16): vdpbf16ps adds a[2l] b[2l] + a[2l+1] b[2l+1] into
+// bf16 products by dot products (AVX-512 BF16): vdpbf16ps adds a[2l] b[2l] + a[2l+1] b[2l+1] into
 // fp32 lane l, twice the multiply-adds of an fp32 FMA per instruction, straight from bf16 pairs.
 // So the operands are tiles of 32-bit words, each a pair of bf16 along the product's reduction:
-//   S_ij^T = K_j Q_i^T:       K_j's rows as they are (pairs along D), Q2[d/2][lane] (tile_load_T2)
-//   O_i^T += V_j^T P_ij^T:    V2[c/2][d] (pairs of key rows, tile_load_KV2), P2[c/2][lane] (tile_P2)
-// P_ij is rounded to bf16 for the product, as the GPU kernels do; l_i sums it in fp32. Q_i is not
-// scaled before rounding: the scale multiplies S_ij in fp32 as it leaves the registers.
+// "rows" (a row's pairs along D: the input as it is), "pairs of rows" (word d of pair row c = row
+// 2c's and row 2c+1's element d: tile_pair_rows, tile_pair_f32) or transposed pairs (tile_load_T2).
+// The forward's:
+//   S_ij^T = K_j Q_i^T:       K_j's rows, Q2[d/2][lane] (tile_load_T2)
+//   O_i^T += V_j^T P_ij^T:    V_j by pairs of key rows, P_ij^T by pairs of key rows
+// The backward's are below its fp32 steps. P_ij and dS_ij are rounded to bf16 for the products, as
+// the GPU kernels do (and the tests' naive bf16 yardstick); the softmax and l_i stay fp32. Q_i is
+// not scaled before rounding: the scale multiplies S_ij in fp32 as it leaves the registers.
+
+// dst[r][0:D] (row stride ld) = the 16-bit rows src[r] (row stride rs), r < n: a dense copy, the
+// lines of row r + ROW_PREFETCH asked for as in tile_load_rows
+static void tile_copy_rows16(uint16_t *restrict dst, int64_t ld, const uint16_t *src, int64_t rs, int64_t n, int64_t D) {
+    for (int64_t r = 0; r < n; r++) {
+        if (r + ROW_PREFETCH < n)
+            for (int64_t off = 0; off < 2 * D; off += 64) FLASHC_PREFETCH((const char *)(src + (r + ROW_PREFETCH) * rs) + off);
+        memcpy(dst + r * ld, src + r * rs, sizeof(uint16_t) * (size_t)D);
+    }
+}
+
+// Q2[k][r] = the pair (Q[r][2k], Q[r][2k+1]) of bf16 input rows r < n (row stride rs elements; D
+// even), 0 for n <= r < ld: Q_i^T (forward) or K_j^T, V_j^T (backward) by 32-bit words
+static void tile_load_T2(uint32_t *restrict Q2, int64_t ld, const uint16_t *src, int64_t rs, int64_t n, int64_t D) {
+    for (int64_t r0 = 0; r0 < n; r0 += TR) {
+        const int64_t nr = min64(TR, n - r0);
+        for (int64_t k = 0; k < D / 2; k++)
+            for (int64_t i = 0; i < nr; i++) memcpy(Q2 + k * ld + r0 + i, src + (r0 + i) * rs + 2 * k, 4);
+    }
+    for (int64_t k = 0; k < D / 2; k++)
+        for (int64_t r = n; r < ld; r++) Q2[k * ld + r] = 0;
+}
+
+// P2[c][d] = the pair (src[2c][d], src[2c+1][d]) for c < n_pairs, d < D, of the bf16 rows src[r]
+// (row stride rs), rows r >= n read as 0 (so a padding row meets a 0, never the input past its end);
+// P2's columns [D, ld) are 0. Row lines are asked for ROW_PREFETCH rows ahead.
+static void tile_pair_rows(uint32_t *restrict P2, int64_t ld, const uint16_t *src, int64_t rs, int64_t n, int64_t n_pairs,
+                           int64_t D) {
+#if FLASHC_ISA == FLASHC_ISA_AVX512
+    // word d of a pair row: low half from row 2c, high half from row 2c + 1
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                        36, 4, 35, 3, 34, 2, 33, 1, 32, 0),
+                  hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+#endif
+    for (int64_t c = 0; c < n_pairs; c++) {
+        for (int64_t r = 2 * c + ROW_PREFETCH; r < min64(2 * c + 2 + ROW_PREFETCH, n); r++)
+            for (int64_t off = 0; off < 2 * D; off += 64) FLASHC_PREFETCH((const char *)(src + r * rs) + off);
+        const uint16_t *a = 2 * c < n ? src + 2 * c * rs : NULL, *b = 2 * c + 1 < n ? src + (2 * c + 1) * rs : NULL;
+        uint32_t *o = P2 + c * ld;
+        int64_t d = 0;
+#if FLASHC_ISA == FLASHC_ISA_AVX512
+        for (; d + 32 <= D; d += 32) {
+            const __m512i x = a ? _mm512_loadu_si512((const void *)(a + d)) : _mm512_setzero_si512(),
+                          y = b ? _mm512_loadu_si512((const void *)(b + d)) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(o + d), _mm512_permutex2var_epi16(x, lo, y));
+            _mm512_storeu_si512((void *)(o + d + 16), _mm512_permutex2var_epi16(x, hi, y));
+        }
+#endif
+        for (; d < D; d++) o[d] = (uint32_t)(a ? a[d] : 0) | (uint32_t)(b ? b[d] : 0) << 16;
+        for (; d < ld; d++) o[d] = 0;
+    }
+}
 
 #if FLASHC_ISA == FLASHC_ISA_AVX512
 #define FLASHC_CPU_BF16DOT 1
 
-// C[0:MR][0:NV*W] (=, or += after scaling by column) out_mul * sum_k pair(A, m, k) . B[k][lanes]:
-// the pair of row m at A[m * a_rs + k * a_cs], B's row k NV vectors of pairs (row stride ldb words).
+// C[0:MR][0:NV*W] = out_mul * sum_k pair(A, m, k) . B[k][lanes], or (accumulate) C diag(col_scale)
+// + the same sum with out_mul 1 (col_scale NULL: C + the sum): the pair of row m at A[m * a_rs + k *
+// a_cs], B's row k NV vectors of pairs (row stride ldb words).
 FLASHC_FORCE_INLINE void mm2_block(int MR, int NV, float *restrict C, int64_t ldc, const uint32_t *restrict A,
                                    int64_t a_rs, int64_t a_cs, const uint32_t *restrict B, int64_t ldb, int64_t K,
-                                   const float *restrict col_scale, float out_mul) {
+                                   int accumulate, const float *restrict col_scale, float out_mul) {
     __m512 acc[MM_MR_MAX][MM_NV_MAX];
     for (int m = 0; m < MR; m++)
-        for (int v = 0; v < NV; v++)
-            acc[m][v] = col_scale ? _mm512_mul_ps(_mm512_loadu_ps(C + m * ldc + v * W), _mm512_loadu_ps(col_scale + v * W))
-                                  : _mm512_setzero_ps();
+        for (int v = 0; v < NV; v++) {
+            acc[m][v] = accumulate ? _mm512_loadu_ps(C + m * ldc + v * W) : _mm512_setzero_ps();
+            if (col_scale) acc[m][v] = _mm512_mul_ps(acc[m][v], _mm512_loadu_ps(col_scale + v * W));
+        }
     for (int64_t k = 0; k < K; k++) {
         const uint32_t *b = B + k * ldb, *a = A + k * a_cs;
         __m512bh bv[MM_NV_MAX];
@@ -346,75 +404,34 @@ FLASHC_FORCE_INLINE void mm2_block(int MR, int NV, float *restrict C, int64_t ld
 // tile_mm's blocking over mm2_block (C's columns a multiple of NV * W)
 FLASHC_FORCE_INLINE void tile_mm2(int MR, int NV, float *restrict C, int64_t ldc, const uint32_t *restrict A, int64_t a_rs,
                                   int64_t a_cs, const uint32_t *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K,
-                                  const float *restrict col_scale, float out_mul) {
+                                  int accumulate, const float *restrict col_scale, float out_mul) {
     for (int64_t n0 = 0; n0 < N; n0 += NV * W) {
         float *c = C + n0;
         const uint32_t *b = B + n0;
         const float *cs = col_scale ? col_scale + n0 : NULL;
         int64_t m0 = 0;
-        for (; m0 + MR <= M; m0 += MR) mm2_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, cs, out_mul);
-        for (; m0 + 4 <= M; m0 += 4) mm2_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, cs, out_mul);
-        for (; m0 < M; m0++) mm2_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, cs, out_mul);
+        for (; m0 + MR <= M; m0 += MR)
+            mm2_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, out_mul);
+        for (; m0 + 4 <= M; m0 += 4)
+            mm2_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, out_mul);
+        for (; m0 < M; m0++) mm2_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, out_mul);
     }
 }
 
-// Q2[k][r] = the pair (Q[r][2k], Q[r][2k+1]) of bf16 input rows r < n (row stride rs elements; D
-// even), 0 for n <= r < ld: Q_i^T by 32-bit words (once per query block)
-static void tile_load_T2(uint32_t *restrict Q2, int64_t ld, const uint16_t *src, int64_t rs, int64_t n, int64_t D) {
-    for (int64_t r0 = 0; r0 < n; r0 += TR) {
-        const int64_t nr = min64(TR, n - r0);
-        for (int64_t k = 0; k < D / 2; k++)
-            for (int64_t i = 0; i < nr; i++) memcpy(Q2 + k * ld + r0 + i, src + (r0 + i) * rs + 2 * k, 4);
-    }
-    for (int64_t k = 0; k < D / 2; k++)
-        for (int64_t r = n; r < ld; r++) Q2[k * ld + r] = 0;
-}
-
-// K_j's n bf16 rows (row stride rs) packed densely (row stride D), and V2[c][d] = the pair (V[2c][d],
-// V[2c+1][d]) for c < ceil(n / 2), a missing row n read as 0 (so a padding key's P = 0 meets a 0, never
-// the input's tail). Every input row is read once; the next rows' lines are asked for as in tile_load_rows.
-static void tile_load_KV2(uint16_t *restrict K, uint32_t *restrict V2, const uint16_t *k, int64_t k_rs, const uint16_t *v,
-                          int64_t v_rs, int64_t n, int64_t D) {
-    for (int64_t r = 0; r < n; r++) {
-        if (r + ROW_PREFETCH < n)
-            for (int64_t off = 0; off < 2 * D; off += 64) {
-                FLASHC_PREFETCH((const char *)(k + (r + ROW_PREFETCH) * k_rs) + off);
-                FLASHC_PREFETCH((const char *)(v + (r + ROW_PREFETCH) * v_rs) + off);
-            }
-        memcpy(K + r * D, k + r * k_rs, sizeof(uint16_t) * (size_t)D);
-    }
-    // word d of a pair row: low half from row 2c, high half from row 2c + 1
-    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
-                                        36, 4, 35, 3, 34, 2, 33, 1, 32, 0),
-                  hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    for (int64_t c = 0; c < (n + 1) / 2; c++) {
-        const uint16_t *a = v + 2 * c * v_rs, *b = 2 * c + 1 < n ? v + (2 * c + 1) * v_rs : NULL;
-        uint32_t *o = V2 + c * D;
-        int64_t d = 0;
-        for (; d + 32 <= D; d += 32) {
-            const __m512i x = _mm512_loadu_si512((const void *)(a + d)),
-                          y = b ? _mm512_loadu_si512((const void *)(b + d)) : _mm512_setzero_si512();
-            _mm512_storeu_si512((void *)(o + d), _mm512_permutex2var_epi16(x, lo, y));
-            _mm512_storeu_si512((void *)(o + d + 16), _mm512_permutex2var_epi16(x, hi, y));
-        }
-        for (; d < D; d++) o[d] = (uint32_t)a[d] | (uint32_t)(b ? b[d] : 0) << 16;
-    }
-}
-
-// P2[c][lanes] = the bf16 pairs (P[2c][lane], P[2c+1][lane]) of the fp32 tile P (nk rows of lanes
-// [0, nl), row stride BRF; a missing row nk read as 0), in place: P2's row c takes the bytes of P's row
+// P2[c][lanes] = the bf16 pairs (P[2c][lane], P[2c+1][lane]) of the fp32 tile P (n rows of lanes
+// [0, nl), row stride ld; a missing row n read as 0), in place: P2's row c takes the bytes of P's row
 // c, which is read before (c = 0) or already consumed (c >= 1).
-static void tile_P2(float *restrict P, int64_t nk, int64_t nl) {
+static void tile_pair_f32(float *restrict P, int64_t ld, int64_t n, int64_t nl) {
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
                                          20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    for (int64_t c = 0; c < (nk + 1) / 2; c++) {
-        const float *a = P + 2 * c * BRF, *b = P + (2 * c + 1) * BRF;
-        const int has_b = 2 * c + 1 < nk;
+    for (int64_t c = 0; c < (n + 1) / 2; c++) {
+        const float *a = P + 2 * c * ld, *b = P + (2 * c + 1) * ld;
+        const int has_b = 2 * c + 1 < n;
         for (int64_t r = 0; r < nl; r += W) {
             const __m512 x = _mm512_loadu_ps(a + r), y = has_b ? _mm512_loadu_ps(b + r) : _mm512_setzero_ps();
             // cvtne2ps: y's bf16 in the high 16 halves, x's in the low; idx interleaves them
             const __m512i xy = (__m512i)_mm512_cvtne2ps_pbh(y, x);
-            _mm512_storeu_si512((void *)(P + c * BRF + r), _mm512_permutexvar_epi16(idx, xy));
+            _mm512_storeu_si512((void *)(P + c * ld + r), _mm512_permutexvar_epi16(idx, xy));
         }
     }
 }
@@ -422,27 +439,20 @@ static void tile_P2(float *restrict P, int64_t nk, int64_t nl) {
 // S_ij^T = mul * K_j Q_i^T (keys x lanes): K_j dense bf16 rows (stride D), Q2 as tile_load_T2 left it
 static void tile_qkT2(float *restrict S_T, const uint16_t *restrict K_j, const uint32_t *restrict Q2, int64_t nk, int64_t nl,
                       int64_t D, float mul) {
-    tile_mm2(FWD_MR, FWD_NV, S_T, BRF, (const uint32_t *)K_j, D / 2, 1, Q2, BRF, nk, nl, D / 2, NULL, mul);
+    tile_mm2(FWD_MR, FWD_NV, S_T, BRF, (const uint32_t *)K_j, D / 2, 1, Q2, BRF, nk, nl, D / 2, 0, NULL, mul);
 }
 
-// O_i^T = O_i^T diag(alpha) + V_j^T P_ij^T (tile_pv_acc on pairs): V2 as tile_load_KV2 left it, P2
-// as tile_P2 left it (over nk keys)
+// O_i^T = O_i^T diag(alpha) + V_j^T P_ij^T (tile_pv_acc on pairs): V2 by pairs of key rows
+// (tile_pair_rows), P2 by pairs of key rows (tile_pair_f32), over nk keys
 static void tile_pv_acc2(float *restrict O_T, const float *restrict alpha, const uint32_t *restrict P2,
                          const uint32_t *restrict V2, int64_t nk, int64_t nl, int64_t D) {
-    tile_mm2(FWD_MR, FWD_NV, O_T, BRF, V2, 1, D, P2, BRF, D, nl, (nk + 1) / 2, alpha, 1.0f);
+    tile_mm2(FWD_MR, FWD_NV, O_T, BRF, V2, 1, D, P2, BRF, D, nl, (nk + 1) / 2, 1, alpha, 1.0f);
 }
 #else
-// No bf16 dot products: fwd_qblock's `dot` is 0 and these are never called (they keep its one
-// code path free of #if).
+// No bf16 dot products: the kernels' `dot` is 0 and these are never called (they keep the kernels'
+// one code path free of #if).
 #define FLASHC_CPU_BF16DOT 0
-static void tile_load_T2(uint32_t *Q2, int64_t ld, const uint16_t *src, int64_t rs, int64_t n, int64_t D) {
-    (void)Q2, (void)ld, (void)src, (void)rs, (void)n, (void)D;
-}
-static void tile_load_KV2(uint16_t *K, uint32_t *V2, const uint16_t *k, int64_t k_rs, const uint16_t *v, int64_t v_rs,
-                          int64_t n, int64_t D) {
-    (void)K, (void)V2, (void)k, (void)k_rs, (void)v, (void)v_rs, (void)n, (void)D;
-}
-static void tile_P2(float *P, int64_t nk, int64_t nl) { (void)P, (void)nk, (void)nl; }
+static void tile_pair_f32(float *P, int64_t ld, int64_t n, int64_t nl) { (void)P, (void)ld, (void)n, (void)nl; }
 static void tile_qkT2(float *S_T, const uint16_t *K_j, const uint32_t *Q2, int64_t nk, int64_t nl, int64_t D, float mul) {
     (void)S_T, (void)K_j, (void)Q2, (void)nk, (void)nl, (void)D, (void)mul;
 }
@@ -541,5 +551,57 @@ static void tile_dq_acc(float *restrict dQ_i, int64_t dq_ld, const float *restri
                         int64_t Dp, int64_t nq, int64_t nk) {
     tile_mm(BWD_MR, BWD_NV, dQ_i, dq_ld, dS, BCB, 1, K_j, Dp, nq, Dp, nk, 1, NULL);
 }
+
+// ------------------------------------------------------------------------------------------------
+// bf16 backward by dot products (AVX-512 BF16; the pair layouts are the forward's, above). Of the
+// five products, S_ij and dP_ij reduce along D (Q_i, dO_i by rows; K_j^T, V_j^T by tile_load_T2),
+// dV_j and dK_j along the query rows (dO_i, Q_i and P_ij, dS_ij by pairs of rows), dQ_i along the
+// keys (dS_ij by rows, rounded from fp32 with the scale folded in; K_j by pairs of key rows).
+
+#if FLASHC_CPU_BF16DOT
+// S_ij = mul * Q_i K_j^T: Q_i nq bf16 rows (stride D), K2T as tile_load_T2 left it (ld BCB)
+static void tile_qkT_rows2(float *restrict S, const uint16_t *restrict Q_i, const uint32_t *restrict K2T, int64_t nq,
+                           int64_t nc, int64_t D, float mul) {
+    tile_mm2(BWD_MR, BWD_NV, S, BCB, (const uint32_t *)Q_i, D / 2, 1, K2T, BCB, nq, nc, D / 2, 0, NULL, mul);
+}
+
+// dV_j^T += dO_i^T P_ij (or dK_j^T += Q_i^T dS_ij): X2 = dO_i by pairs of rows (row stride D words),
+// P2 = P_ij by pairs of rows (tile_pair_f32, ld BCB), over nq rows
+static void tile_dkv_acc2(float *restrict dX_jT, const uint32_t *restrict X2, const uint32_t *restrict P2, int64_t nq,
+                          int64_t nc, int64_t D) {
+    tile_mm2(BWD_MR, BWD_NV, dX_jT, BCB, X2, 1, D, P2, BCB, D, nc, (nq + 1) / 2, 1, NULL, 1.0f);
+}
+
+// dst[r][0:nl] (row stride ld) = bf16(mul * src[r][0:nl]) (src row stride BCB; nl % 32 == 0)
+static void tile_bf16_rows(uint16_t *restrict dst, int64_t ld, const float *restrict src, int64_t n, int64_t nl, float mul) {
+    const __m512 m = _mm512_set1_ps(mul);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < nl; c += 32) {
+            const float *s = src + r * BCB + c;
+            const __m512 x = _mm512_mul_ps(m, _mm512_loadu_ps(s)), y = _mm512_mul_ps(m, _mm512_loadu_ps(s + 16));
+            _mm512_storeu_si512((void *)(dst + r * ld + c), (__m512i)_mm512_cvtne2ps_pbh(y, x));
+        }
+}
+
+// dQ_i += dS_ij K_j: dS nq bf16 rows (row stride BCB elements, the scale in them), K2 = K_j by
+// pairs of key rows (row stride Dp words), over nk keys (a missing key nk of a pair is 0 in K2)
+static void tile_dq_acc2(float *restrict dQ_i, int64_t dq_ld, const uint16_t *restrict dS, const uint32_t *restrict K2,
+                         int64_t Dp, int64_t nq, int64_t nk) {
+    tile_mm2(BWD_MR, BWD_NV, dQ_i, dq_ld, (const uint32_t *)dS, BCB / 2, 1, K2, Dp, nq, Dp, (nk + 1) / 2, 1, NULL, 1.0f);
+}
+#else
+static void tile_qkT_rows2(float *S, const uint16_t *Q_i, const uint32_t *K2T, int64_t nq, int64_t nc, int64_t D, float mul) {
+    (void)S, (void)Q_i, (void)K2T, (void)nq, (void)nc, (void)D, (void)mul;
+}
+static void tile_dkv_acc2(float *dX_jT, const uint32_t *X2, const uint32_t *P2, int64_t nq, int64_t nc, int64_t D) {
+    (void)dX_jT, (void)X2, (void)P2, (void)nq, (void)nc, (void)D;
+}
+static void tile_bf16_rows(uint16_t *dst, int64_t ld, const float *src, int64_t n, int64_t nl, float mul) {
+    (void)dst, (void)ld, (void)src, (void)n, (void)nl, (void)mul;
+}
+static void tile_dq_acc2(float *dQ_i, int64_t dq_ld, const uint16_t *dS, const uint32_t *K2, int64_t Dp, int64_t nq, int64_t nk) {
+    (void)dQ_i, (void)dq_ld, (void)dS, (void)K2, (void)Dp, (void)nq, (void)nk;
+}
+#endif
 
 #endif // FLASHC_CPU_TILE_H
