@@ -924,7 +924,7 @@ typedef struct fma_ceiling {
 } fma_ceiling;
 
 // dot = 0: the fp32 FMA ceiling (the best of the vector widths this CPU has); dot = 1: the bf16
-// dot-product ceiling (vdpbf16ps, which flashc's bf16 forward uses where the CPU has AVX-512 BF16),
+// dot-product ceiling (vdpbf16ps, which flashc's bf16 products use where the CPU has AVX-512 BF16),
 // gflops 0 where there is none
 static fma_ceiling measure_fma(int nth, int dot) {
     if (nth > 64) nth = 64;
@@ -1360,8 +1360,8 @@ int main(int argc, char **argv) {
         printf("fma_ceiling: %.1f GFLOP/s fp32 on %d threads (%s loop; %.1f before the shapes, %.1f after)\n",
                ri.fma.gflops, nth, ri.fma.isa, fma0.gflops, fma1.gflops);
         if (ri.dot.gflops > 0)
-            printf("bf16 dot ceiling: %.1f GFLOP/s on %d threads (%.1f before, %.1f after); %%fma of a bf16 forward "
-                   "row is against it (flashc's bf16 forward uses these products here), of a backward row against fp32\n",
+            printf("bf16 dot ceiling: %.1f GFLOP/s on %d threads (%.1f before, %.1f after); %%fma of a bf16 row is "
+                   "against it (flashc's bf16 forward and backward use these products here)\n",
                    ri.dot.gflops, nth, dot0.gflops, dot1.gflops);
     }
 
@@ -1386,7 +1386,7 @@ int main(int argc, char **argv) {
                s->Sq, s->Sk, s->D, s->causal ? "yes" : "no", x->fl.med_ms, range,
                fl / (x->fl.med_ms * 1e-3) * unit_scale);
         if (show_fma)
-            printf(" %5.1f%%", 100.0 * fl / (x->fl.med_ms * 1e-3) * 1e-9 / (!x->bwd && ri.dot.gflops > 0 ? ri.dot : ri.fma).gflops);
+            printf(" %5.1f%%", 100.0 * fl / (x->fl.med_ms * 1e-3) * 1e-9 / (ri.dot.gflops > 0 ? ri.dot : ri.fma).gflops);
         if (is_cuda) printf(" %9.1f", x->ws_mib);
         else if (x->fl.mem_mib >= 0) printf(" %9.1f", x->fl.mem_mib);
         else printf(" %9s", "n/a");
