@@ -58,9 +58,13 @@ typedef struct flashc_cpu_bwd_block {
     int64_t q_slots;          // slots of the thread's Q_i, dO_i cache (flashc__cpu_bwd_q_slots)
 } flashc_cpu_bwd_block;
 
+// The problems the bf16 dot-product paths take (flashc_cpu_tile.h), where the ISA has them.
+static inline int flashc__cpu_bf16_dot(const flashc_problem *p) { return p->dtype == FLASHC_DTYPE_BF16 && p->D % 2 == 0; }
+
 typedef struct flashc_cpu_kernels {
     const char *isa; // "scalar", "avx2", "avx512"
     int dp_align;    // the backward's padding of D (2 vectors of the ISA), <= FLASHC_CPU_DP_ALIGN_MAX
+    int bf16_dot;    // flashc__cpu_bf16_dot problems run their products by bf16 dot products
     // Forward for query rows [i0, min(i0 + FWD_BR, sq)) of sequence b, head h: writes o and lse rows.
     // scratch: the thread's slice, carved with kv_slots cache slots whose tags persist between calls.
     void (*fwd_qblock)(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
@@ -164,8 +168,9 @@ static inline size_t flashc__cpu_fwd_carve(const flashc_problem *p, int64_t n_sl
 //   S, dP, T  BR x BC  S_ij -> P_ij, dP_ij -> dS_ij, tanh of the softcap (softcap only)
 //   Q, dO   BR x ld  fp32 copies of Q_i, dO_i, ld = flashc__cpu_row_ld(D)
 //   Qc, dOc n_slots x BR x ld  the thread's cache of Q_i, dO_i blocks (flashc__cpu_bwd_q_slots)
-//   (the bf16 dot products keep K_j^T, V_j^T, K_j, Q_i, dO_i, P_ij and dS_ij as bf16 pairs in the
-//   same tiles, and the bf16 rows of Q_i, dO_i in the cache slots: flashc_cpu_kernels.h)
+//   (the bf16 dot products keep K_j^T, V_j^T, K_j (all unscaled), Q_i, dO_i, P_ij and dS_ij as
+//   bf16 pairs in the same tiles, dS_ij's bf16 rows in the S tile's second half and the bf16 rows
+//   of Q_i, dO_i in the cache slots: flashc_cpu_kernels.h)
 //   tag     n_slots int64: the block a slot holds, (b * H + h) * ceil(Sq / BR) + i; -1 none
 //   L2, Di: BR each (L_i * log2 e, D_i)       lo, hi: BR int64 each
 typedef struct flashc_cpu_bwd_scratch {

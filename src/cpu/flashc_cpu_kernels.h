@@ -63,7 +63,7 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     // bf16 with AVX-512 BF16: the products by dot products on bf16 pairs (flashc_cpu_tile.h), the
     // scale applied to S_ij; their tiles (Q2, K_j, V2, P2) take the fp32 tiles' memory, each needing
     // at most as much
-    const int dot = FLASHC_CPU_BF16DOT && dt == FLASHC_DTYPE_BF16 && D % 2 == 0;
+    const int dot = FLASHC_CPU_BF16DOT && flashc__cpu_bf16_dot(p);
     if (dot)
         tile_load_T2((uint32_t *)t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D);
     else
@@ -205,12 +205,12 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     const size_t es = flashc__dtype_size(dt);
 
     // Alg. 2 line 7: load K_j, V_j. K_j^T carries scale (* log2 e), for S = Q K^T in log2 units;
-    // K_j (row-major, padded to Dp) carries the scale for dQ = scale dS K.
+    // K_j (row-major, padded to Dp) carries the scale for dQ = scale dS K. bf16 with AVX-512 BF16:
+    // the five products by dot products (flashc_cpu_tile.h) on K_j^T, V_j^T as bf16 pairs along D
+    // and K_j by pairs of key rows, unscaled (kmul multiplies S_ij, the scale is folded into the
+    // bf16 dS_ij of dQ), in the fp32 tiles' memory.
     const float kmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
-    // bf16 with AVX-512 BF16: the five products by dot products (flashc_cpu_tile.h), on K_j^T,
-    // V_j^T as bf16 pairs along D and K_j by pairs of key rows (the scales applied to S_ij and
-    // folded into dS_ij), in the fp32 tiles' memory
-    const int dot = FLASHC_CPU_BF16DOT && dt == FLASHC_DTYPE_BF16 && D % 2 == 0;
+    const int dot = FLASHC_CPU_BF16DOT && flashc__cpu_bf16_dot(p);
     const void *k_j = key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es);
     const void *v_j = key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es);
     if (dot) {
@@ -250,9 +250,9 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
             t.L2[r] = a->lse[li] * LOG2E;
             t.Di[r] = blk->Di[li];
         }
-        // Alg. 2 line 10: load Q_i, dO_i into fp32 tiles (all min(BWD_BR, sq - i0) rows), through
-        // the thread's cache slot min(ib, n_slots - 1), as the forward loads K_j, V_j
-        // (dot: the slot keeps the bf16 rows as they are, read in place)
+        // Alg. 2 line 10: load Q_i, dO_i (all min(BWD_BR, sq - i0) rows) through the thread's cache
+        // slot min(ib, n_slots - 1), as the forward loads K_j, V_j: into fp32 tiles, or (dot) the
+        // slot keeps the bf16 rows as they are, read in place
         const int64_t slot = min64(ib, t.n_slots - 1), off = slot * FLASHC_CPU_BWD_BR * ld;
         const void *q_i = row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es);
         const void *do_i = row_ptr(p, a->dout, p->do_stride, b, s.q_row0, i0, h, es);
@@ -303,11 +303,12 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
             // first rows were, dS_ij's in place, and dS_ij by rows (scaled for dQ_i) into the S
             // tile's second half.
             uint32_t *Q2 = (uint32_t *)t.Q, *dO2 = (uint32_t *)t.dO;
+            _Static_assert(FLASHC_CPU_BWD_BR % 2 == 0, "P_ij pairs: first half of S; dS16: second half");
             uint16_t *dS16 = (uint16_t *)(t.S + FLASHC_CPU_BWD_BR / 2 * BCB);
             tile_pair_rows(Q2, D, Q16, D, nq, (nq + 1) / 2, D);
             tile_pair_rows(dO2, D, dO16, D, nq, (nq + 1) / 2, D);
             tile_qkT_rows2(t.dP, dO16, (const uint32_t *)t.VT, nq, nc, D, 1.0f); // dP_ij = dO_i V_j^T
-            tile_ds(t.dP, t.S, t.Di, T, nq, nc);
+            tile_ds(t.dP, t.S, t.Di, T, nq, nc);                                // dS_ij = P_ij o (dP_ij - D_i)
             tile_pair_f32(t.S, BCB, nq, nc);
             tile_dkv_acc2(t.dVT, dO2, (const uint32_t *)t.S, nq, nc, D); // dV_j += P_ij^T dO_i
             tile_bf16_rows(dS16, BCB, t.dP, nq, nc, p->scale);
@@ -348,6 +349,7 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
 const flashc_cpu_kernels FLASHC_ISA_NAME(flashc__cpu_kernels) = {
     FLASHC_ISA_STR,
     BWD_NV * FLASHC_VF32_W,
+    FLASHC_CPU_BF16DOT,
     fwd_qblock,
     bwd_kvblock,
 };

@@ -401,7 +401,7 @@ FLASHC_FORCE_INLINE void mm2_block(int MR, int NV, float *restrict C, int64_t ld
         for (int v = 0; v < NV; v++) _mm512_storeu_ps(C + m * ldc + v * W, out_mul != 1.0f ? _mm512_mul_ps(acc[m][v], om) : acc[m][v]);
 }
 
-// tile_mm's blocking over mm2_block (C's columns a multiple of NV * W)
+// tile_mm's blocking over mm2_block (C's columns a multiple of NV * W; out_mul 1 when accumulating)
 FLASHC_FORCE_INLINE void tile_mm2(int MR, int NV, float *restrict C, int64_t ldc, const uint32_t *restrict A, int64_t a_rs,
                                   int64_t a_cs, const uint32_t *restrict B, int64_t ldb, int64_t M, int64_t N, int64_t K,
                                   int accumulate, const float *restrict col_scale, float out_mul) {
