@@ -311,7 +311,7 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
             tile_ds(t.dP, t.S, t.Di, T, nq, nc);                                // dS_ij = P_ij o (dP_ij - D_i)
             tile_pair_f32(t.S, BCB, nq, nc);
             tile_dkv_acc2(t.dVT, dO2, (const uint32_t *)t.S, nq, nc, D); // dV_j += P_ij^T dO_i
-            tile_bf16_rows(dS16, BCB, t.dP, nq, nc, p->scale);
+            tile_bf16_rows(dS16, BCB, t.dP, BCB, nq, nc, p->scale);
             tile_pair_f32(t.dP, BCB, nq, nc);
             tile_dkv_acc2(t.dKT, Q2, (const uint32_t *)t.dP, nq, nc, D); // dK_j += dS_ij^T Q_i
             tile_dq_acc2(blk->dq_acc + i0 * Dp, Dp, dS16, (const uint32_t *)t.K, Dp, nq, min64(nk, nc));

@@ -436,6 +436,34 @@ static void tile_pair_f32(float *restrict P, int64_t ld, int64_t n, int64_t nl) 
     }
 }
 
+// dst[r][0:nl] (row stride ld) = bf16(mul * src[r][0:nl]) (src row stride src_ld; nl % 32 == 0)
+static void tile_bf16_rows(uint16_t *restrict dst, int64_t ld, const float *restrict src, int64_t src_ld, int64_t n,
+                           int64_t nl, float mul) {
+    const __m512 m = _mm512_set1_ps(mul);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < nl; c += 32) {
+            const float *x0 = src + r * src_ld + c;
+            const __m512 x = _mm512_mul_ps(m, _mm512_loadu_ps(x0)), y = _mm512_mul_ps(m, _mm512_loadu_ps(x0 + 16));
+            _mm512_storeu_si512((void *)(dst + r * ld + c), (__m512i)_mm512_cvtne2ps_pbh(y, x));
+        }
+}
+
+#else
+// No bf16 dot products: the kernels' `dot` is 0 and these are never called (they keep the kernels'
+// one code path, and the product steps below, free of #if).
+#define FLASHC_CPU_BF16DOT 0
+static inline void tile_mm2(int MR, int NV, float *C, int64_t ldc, const uint32_t *A, int64_t a_rs, int64_t a_cs,
+                            const uint32_t *B, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate,
+                            const float *col_scale, float out_mul) {
+    (void)MR, (void)NV, (void)C, (void)ldc, (void)A, (void)a_rs, (void)a_cs, (void)B, (void)ldb, (void)M, (void)N, (void)K;
+    (void)accumulate, (void)col_scale, (void)out_mul;
+}
+static void tile_pair_f32(float *P, int64_t ld, int64_t n, int64_t nl) { (void)P, (void)ld, (void)n, (void)nl; }
+static void tile_bf16_rows(uint16_t *dst, int64_t ld, const float *src, int64_t src_ld, int64_t n, int64_t nl, float mul) {
+    (void)dst, (void)ld, (void)src, (void)src_ld, (void)n, (void)nl, (void)mul;
+}
+#endif
+
 // S_ij^T = mul * K_j Q_i^T (keys x lanes): K_j dense bf16 rows (stride D), Q2 as tile_load_T2 left it
 static void tile_qkT2(float *restrict S_T, const uint16_t *restrict K_j, const uint32_t *restrict Q2, int64_t nk, int64_t nl,
                       int64_t D, float mul) {
@@ -448,19 +476,6 @@ static void tile_pv_acc2(float *restrict O_T, const float *restrict alpha, const
                          const uint32_t *restrict V2, int64_t nk, int64_t nl, int64_t D) {
     tile_mm2(FWD_MR, FWD_NV, O_T, BRF, V2, 1, D, P2, BRF, D, nl, (nk + 1) / 2, 1, alpha, 1.0f);
 }
-#else
-// No bf16 dot products: the kernels' `dot` is 0 and these are never called (they keep the kernels'
-// one code path free of #if).
-#define FLASHC_CPU_BF16DOT 0
-static void tile_pair_f32(float *P, int64_t ld, int64_t n, int64_t nl) { (void)P, (void)ld, (void)n, (void)nl; }
-static void tile_qkT2(float *S_T, const uint16_t *K_j, const uint32_t *Q2, int64_t nk, int64_t nl, int64_t D, float mul) {
-    (void)S_T, (void)K_j, (void)Q2, (void)nk, (void)nl, (void)D, (void)mul;
-}
-static void tile_pv_acc2(float *O_T, const float *alpha, const uint32_t *P2, const uint32_t *V2, int64_t nk, int64_t nl,
-                         int64_t D) {
-    (void)O_T, (void)alpha, (void)P2, (void)V2, (void)nk, (void)nl, (void)D;
-}
-#endif
 
 // ------------------------------------------------------------------------------------------------
 // backward steps: tiles are queries x keys (row length BWD_BC), dK_j^T, dV_j^T are D x keys
@@ -558,7 +573,6 @@ static void tile_dq_acc(float *restrict dQ_i, int64_t dq_ld, const float *restri
 // dV_j and dK_j along the query rows (dO_i, Q_i and P_ij, dS_ij by pairs of rows), dQ_i along the
 // keys (dS_ij by rows, rounded from fp32 with the scale folded in; K_j by pairs of key rows).
 
-#if FLASHC_CPU_BF16DOT
 // S_ij = mul * Q_i K_j^T: Q_i nq bf16 rows (stride D), K2T as tile_load_T2 left it (ld BCB)
 static void tile_qkT_rows2(float *restrict S, const uint16_t *restrict Q_i, const uint32_t *restrict K2T, int64_t nq,
                            int64_t nc, int64_t D, float mul) {
@@ -572,36 +586,11 @@ static void tile_dkv_acc2(float *restrict dX_jT, const uint32_t *restrict X2, co
     tile_mm2(BWD_MR, BWD_NV, dX_jT, BCB, X2, 1, D, P2, BCB, D, nc, (nq + 1) / 2, 1, NULL, 1.0f);
 }
 
-// dst[r][0:nl] (row stride ld) = bf16(mul * src[r][0:nl]) (src row stride BCB; nl % 32 == 0)
-static void tile_bf16_rows(uint16_t *restrict dst, int64_t ld, const float *restrict src, int64_t n, int64_t nl, float mul) {
-    const __m512 m = _mm512_set1_ps(mul);
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t c = 0; c < nl; c += 32) {
-            const float *s = src + r * BCB + c;
-            const __m512 x = _mm512_mul_ps(m, _mm512_loadu_ps(s)), y = _mm512_mul_ps(m, _mm512_loadu_ps(s + 16));
-            _mm512_storeu_si512((void *)(dst + r * ld + c), (__m512i)_mm512_cvtne2ps_pbh(y, x));
-        }
-}
-
 // dQ_i += dS_ij K_j: dS nq bf16 rows (row stride BCB elements, the scale in them), K2 = K_j by
 // pairs of key rows (row stride Dp words), over nk keys (a missing key nk of a pair is 0 in K2)
 static void tile_dq_acc2(float *restrict dQ_i, int64_t dq_ld, const uint16_t *restrict dS, const uint32_t *restrict K2,
                          int64_t Dp, int64_t nq, int64_t nk) {
     tile_mm2(BWD_MR, BWD_NV, dQ_i, dq_ld, (const uint32_t *)dS, BCB / 2, 1, K2, Dp, nq, Dp, (nk + 1) / 2, 1, NULL, 1.0f);
 }
-#else
-static void tile_qkT_rows2(float *S, const uint16_t *Q_i, const uint32_t *K2T, int64_t nq, int64_t nc, int64_t D, float mul) {
-    (void)S, (void)Q_i, (void)K2T, (void)nq, (void)nc, (void)D, (void)mul;
-}
-static void tile_dkv_acc2(float *dX_jT, const uint32_t *X2, const uint32_t *P2, int64_t nq, int64_t nc, int64_t D) {
-    (void)dX_jT, (void)X2, (void)P2, (void)nq, (void)nc, (void)D;
-}
-static void tile_bf16_rows(uint16_t *dst, int64_t ld, const float *src, int64_t n, int64_t nl, float mul) {
-    (void)dst, (void)ld, (void)src, (void)n, (void)nl, (void)mul;
-}
-static void tile_dq_acc2(float *dQ_i, int64_t dq_ld, const uint16_t *dS, const uint32_t *K2, int64_t Dp, int64_t nq, int64_t nk) {
-    (void)dQ_i, (void)dq_ld, (void)dS, (void)K2, (void)Dp, (void)nq, (void)nk;
-}
-#endif
 
 #endif // FLASHC_CPU_TILE_H
