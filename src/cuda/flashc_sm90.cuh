@@ -330,6 +330,9 @@ static __device__ __forceinline__ void wgmma_ss_t(float *d, uint64_t da, uint64_
 // for e4m3 (k32): A of a 64 x 32 tile (4 consecutive k per register), B K-major.
 template <typename T, int N>
 static __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int scale_d);
+// A from 4 registers as for wgmma_rs, B K-major (the 16-bit types only): S = Q_i K_j^T with Q_i held.
+template <typename T, int N>
+static __device__ __forceinline__ void wgmma_rs_k(float *d, const uint32_t *a, uint64_t db, int scale_d);
 
 #include "flashc_sm90_wgmma.h"
 

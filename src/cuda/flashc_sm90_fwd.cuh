@@ -11,7 +11,9 @@
 // (wgmma's M is 64), so m_i, l_i and O_i of a row stay in one warpgroup (in fact in one quad of
 // one warp, as in the mma.sync kernel). Tiles use the 128B-swizzled layout of flashc_sm90.cuh
 // (what TMA writes with the 128-byte swizzle). Per key block j, per warpgroup:
-//   S_ij = Q_i K_j^T      wgmma SS (both K-major), D / 16 k-steps, N = BN
+//   S_ij = Q_i K_j^T      wgmma SS (both K-major), D / 16 k-steps, N = BN; in the persistent
+//                         kernel's 16-bit tiles of 2 x 64 rows and 128 keys at D <= 128, RS with
+//                         Q_i's fragments loaded once a tile (ldmatrix), K_j alone from shared memory
 //   O_i += P_i,j-1 V_j-1  wgmma RS (P from registers: the S accumulator layout is the A layout,
 //                         HOPPER-NOTES 1.7), V MN-major, BN / 16 k-steps, N = D
 // The PV of the previous block is issued right after this block's S and runs while the softmax
@@ -140,6 +142,24 @@ static __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t sQ, uint
     for (int kk = 0; kk < D * sm90_elem<T>::ES / 32; kk++)
         wgmma_ss<T, BN>(S, sm90_desc_kmajor(sQ, BM, 64 * wg, kk), sm90_desc_kmajor(sK, BN, 0, kk), kk > 0);
     wgmma_commit();
+}
+
+// The same with Q_i in registers (Qa: the A fragments of its k-steps, sm90_load_qa): B = K_j alone
+// from shared memory.
+template <typename T, int D, int BN>
+static __device__ __forceinline__ void sm90_issue_qk_r(float *S, const uint32_t (*Qa)[4], uint32_t sK) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) wgmma_rs_k<T, BN>(S, Qa[kk], sm90_desc_kmajor(sK, BN, 0, kk), kk > 0);
+    wgmma_commit();
+}
+
+// Warpgroup wg's rows of the Q tile (BM rows, swizzled) as wgmma A fragments, one ldmatrix.x4 per
+// k-step: lanes 0-15 address rows 0-15 of the warp's 16, lanes 16-31 the same rows 8 columns on.
+template <int D, int BM>
+static __device__ __forceinline__ void sm90_load_qa(uint32_t (*Qa)[4], uint32_t sQ, int wg, int warp, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(Qa[kk], sQ + sw128_offset(BM, 64 * wg + 16 * warp + (lane & 15), 16 * kk + 8 * (lane >> 4)));
 }
 
 // O += P V_j (one k-step per 32 bytes of P's row), committed as one group: V_j MN-major (BN rows),
@@ -733,7 +753,8 @@ static __device__ __forceinline__ void sm90_fwd_ragged_warp(const flashc_fwd_par
 // tiles that balance causal work) with a stride of gridDim.x, so a CTA's next Q_i and first K_j, V_j
 // load while its consumers finish the previous tile. Every ring counter runs on across tiles; Q_i
 // has its own full / empty pair (empty once every consumer thread's last S_ij of the tile is done,
-// or once it has read a record with no key blocks).
+// or, with Q_i in registers (QR), once every consumer thread has loaded them, or once it has read a
+// record with no key blocks).
 // The producer alone walks the units: with each Q_i it posts the tile's sm90_fwd_work (a record,
 // two slots by parity) on the same full barrier, and a tile with no key blocks gets a record
 // without Q_i, so that the consumers take their tiles from the records (until one with b = -1)
@@ -759,6 +780,13 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = NWG * 64, ES = sm90_elem<T>::ES;
     constexpr bool FP8 = sm90_elem<T>::FP8;
+    // Q_i in registers: S = Q_i K_j^T reads only K_j from shared memory (wgmma_rs_k; per k-step 4 KB
+    // instead of 6), and the Q slot is free for the next Q_i from the tile's start. H200, one process
+    // against SS (bench/results/h200-2026-12-03-s26.txt call 6, outputs bit-identical): D = 128
+    // 1.004-1.013x (S = 512-16k; non-causal 16k 0.998), D = 64 causal 1.007 / 1.015 / 1.029x at S =
+    // 512 / 1024 / 2048. Not at NWG = 3 (its 16 more registers a thread at D = 64 made ptxas spill 96
+    // bytes and serialise the wgmmas, C7512), nor at D = 256 (64 more), nor e4m3 (not tried).
+    constexpr bool QR = !FP8 && NWG == 2 && BN == 128 && D <= 128;
     // registers per thread (HOPPER-NOTES 5): 168 at entry with 384 threads, 128 with 512
     constexpr int PRODUCER_REGS = NWG == 2 ? 24 : 32, CONSUMER_REGS = NWG == 2 ? 240 : 160;
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * ES;
@@ -884,6 +912,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 
         if (n_blocks > 0) {
             uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
+            uint32_t Qa[QR ? D / 16 : 1][4];
+            if constexpr (QR) {
+                sm90_load_qa<D, BM>(Qa, sQ, c, warp, lane);
+                mbar_arrive(emptyQ); // Q_i is in registers (every thread: it has read the record too)
+            }
             if (c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first
             FLASHC_FWD_TRACE(1 + c, qi, 1);
             qi++;
@@ -903,7 +936,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
                 wgmma_fence();
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 2);
-                sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
+                if constexpr (QR)
+                    sm90_issue_qk_r<T, D, BN>(S, Qa, sK0 + st * KV_BYTES);
+                else
+                    sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
                 if (t > 0) {
                     mbar_wait(fullV + 8 * pst, pph);
                     sm90_issue_pv<T, D, BN>(O, P, sV0 + pst * KV_BYTES);
@@ -918,7 +954,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ (so this
                 // kernel never stages O_i there: sm90_fwd_store_tma has its own O tile). Every thread
                 // arrives: each has read the records up to this one (ordered for racecheck too).
-                if (t == n_blocks - 1) mbar_arrive(emptyQ);
+                if (!QR && t == n_blocks - 1) mbar_arrive(emptyQ);
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) reg_fence(S[i]);
 

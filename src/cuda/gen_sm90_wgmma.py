@@ -11,6 +11,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # O += P V with N = D, B MN-major (tnspB = 1; add N values the backward wants here)
 N_SS = [32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192]
 N_RS = [64, 128, 256]
+# RS with B K-major (tnspB = 0): S = Q K^T with Q_i in registers, N = BN (the forward's Q-in-registers mode)
+N_RS_K = [128]
 # SS with transposed operands (the backward, flashc_sm90_bwd.cuh): (N, tnspA, tnspB) -- dQ = dS K
 # (A M-major, B N-major) at N = 64 and 128, dV += P^T dO and dK += dS^T Q (B N-major) at N = 128,
 # the dQ kernel's dQ = dS K (B N-major) at N = D / 2
@@ -44,10 +46,11 @@ def ss(o, ctype, ty, n, k, tail, name=None):
     o.append("")
 
 
-def rs(o, ctype, ty, n, k, tail):
+def rs(o, ctype, ty, n, k, tail, name=None):
     """wgmma_rs<ctype, n>: A from 4 registers, B from smem."""
     r = n // 2
-    o.append(f"template <> __device__ __forceinline__ void wgmma_rs<{ctype}, {n}>(float *d, const uint32_t *a, uint64_t db, int scale_d) {{")
+    name = name or f"wgmma_rs<{ctype}, {n}>"
+    o.append(f"template <> __device__ __forceinline__ void {name}(float *d, const uint32_t *a, uint64_t db, int scale_d) {{")
     o.append("    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + str(r + 5) + ", 0;\\n\"")
     o.append(f"                 \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ty}.{ty} {{{regs(r, 0)}}}, \"")
     o.append(f"                 \"{{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}, %{r + 4}, p, {tail};\\n}}\\n\"")
@@ -73,6 +76,8 @@ def main():
             ss(o, ctype, ty, n, 16, f"1, 1, {ta}, {tb}", f"wgmma_ss_t<{ctype}, {n}, {ta}, {tb}>")
         for n in N_RS:
             rs(o, ctype, ty, n, 16, "1, 1, 1")  # scale A, B; B transposed (MN-major)
+        for n in N_RS_K:
+            rs(o, ctype, ty, n, 16, "1, 1, 0", f"wgmma_rs_k<{ctype}, {n}>")  # B K-major
     for n in N_SS_FP8:
         ss(o, "__nv_fp8_e4m3", "e4m3", n, 32, "1, 1")  # 8-bit operands take no transpose flags
     for n in N_RS_FP8:
