@@ -36,7 +36,9 @@ def main():
     per_step = 0
     if args.loop:
         ex2 = [r for r in body if "MUFU.EX2" in r[ix["Source"]]]
-        per_step = executed(max(ex2, key=samples)) if ex2 else 0
+        if not ex2:
+            raise SystemExit("--loop: no MUFU.EX2 line in this kernel")
+        per_step = executed(max(ex2, key=samples))
         print(f"--loop: lines executed {per_step} times (+-5%)")
     total, by_reason, lines = 0, collections.Counter(), []
     for r in body:
