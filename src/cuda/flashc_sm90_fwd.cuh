@@ -785,7 +785,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     // against SS (bench/results/h200-2026-12-03-s26.txt call 6, outputs bit-identical): D = 128
     // 1.004-1.013x (S = 512-16k; non-causal 16k 0.998), D = 64 causal 1.007 / 1.015 / 1.029x at S =
     // 512 / 1024 / 2048. Not at NWG = 3 (its 16 more registers a thread at D = 64 made ptxas spill 96
-    // bytes and serialise the wgmmas, C7512), nor at D = 256 (64 more), nor e4m3 (not tried).
+    // bytes and serialise the wgmmas, C7512), nor at D = 256 (64 more), nor e4m3 (tried at D = 128,
+    // both tiles: 0.996-1.018x, noise, s26.txt call 10).
     constexpr bool QR = !FP8 && NWG == 2 && BN == 128 && D <= 128;
     // registers per thread (HOPPER-NOTES 5): 168 at entry with 384 threads, 128 with 512
     constexpr int PRODUCER_REGS = NWG == 2 ? 24 : 32, CONSUMER_REGS = NWG == 2 ? 240 : 160;
