@@ -29,6 +29,8 @@ typedef struct flashc_cuda_priv {
     int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs
     int *dec_counters;      // the decode's split counters with the ctx's own workspace: zero between calls
     size_t dec_counters_n;
+    int *fwd_counters;      // the same for the forward's split tiles (zero_split_counters)
+    size_t fwd_counters_n;  // (bytes)
     flashc_dec_occ dec_occ; // the decode plan's last kernel and its occupancy
 } flashc_cuda_priv;
 
@@ -99,6 +101,7 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
 static void cuda_fini(flashc_ctx *ctx) {
     flashc_cuda_priv *pv = (flashc_cuda_priv *)ctx->priv;
     if (pv && pv->dec_counters) cudaFree(pv->dec_counters);
+    if (pv && pv->fwd_counters) cudaFree(pv->fwd_counters);
     free(ctx->priv);
     ctx->priv = NULL;
 }
@@ -279,10 +282,59 @@ static int64_t fp8_vt_cols(const flashc_problem *p) {
 #define WS_TMA_SLACK 128
 static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uintptr_t)127); }
 
-static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
-    (void)ctx;
+// The persistent wgmma forward's split tiles (stream-K, sm90_fwd_piece in flashc_sm90_fwd.cuh): for
+// each split (one per CTA at most) two pieces' partial O_i, m_i, l_i, fp32, D / 2 + 4 per thread of
+// each consumer warpgroup, then 4 int counters per warpgroup (one a warp). Reserved for the
+// problems the launcher may split: batch mode, no window, no seqused_k, on the wgmma path
+// (1.5 MB per 64 of head dim on 132 SMs with 3 warpgroups). 0 where there is none.
+static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *p, int *nwg, int *ctas) {
+    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    const int fp8 = p->dtype == FLASHC_DTYPE_E4M3;
+    *ctas = pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
+    *nwg = 0;
+    if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || p->window_left >= 0 || p->window_right >= 0 || *ctas < 2)
+        return 0;
+    const int Dp = fp8 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
+    const flashc_cuda_tile a = flashc_cuda_tune_fwd_sm90(Dp, fp8, false), b = flashc_cuda_tune_fwd_sm90(Dp, fp8, true);
+    *nwg = (a.nwarps > b.nwarps ? a.nwarps : b.nwarps) / 4;
+    return (size_t)(*ctas - 1) * 2 * *nwg * 128 * (Dp / 2 + 4) * sizeof(float);
+}
+static size_t fwd_split_ws(const flashc_ctx *ctx, const flashc_problem *p, size_t *cnt_off) {
+    int nwg, ctas;
+    const size_t part = fwd_split_part_bytes(ctx, p, &nwg, &ctas);
+    *cnt_off = part;
+    return part ? part + (size_t)(ctas - 1) * nwg * 4 * sizeof(int) : 0;
+}
+
+// Workspace: the e4m3 V^T (at ws_tma_base), then at the next 256 bytes the split tiles' area.
+static size_t fwd_vt_bytes(const flashc_problem *p) {
     const size_t vt = p->dtype == FLASHC_DTYPE_E4M3 ? (size_t)p->H_kv * p->D * fp8_vt_cols(p) : 0;
-    return vt ? vt + WS_TMA_SLACK : 0;
+    return vt ? (vt + WS_TMA_SLACK + 255) & ~(size_t)255 : 0;
+}
+
+// The split tiles' counters: with the ctx's own workspace in a buffer of the ctx, zeroed when it is
+// made (the kernel leaves them 0; the workspace itself is shared with the other calls), as the
+// decode's; in a caller's workspace zeroed by each call (a memset launch).
+static cudaError_t zero_split_counters(flashc_ctx *ctx, flashc_fwd_params *P, const void *ws, size_t bytes,
+                                       cudaStream_t stream) {
+    flashc_cuda_priv *pv = (flashc_cuda_priv *)ctx->priv;
+    if (ws != ctx->ws) return cudaMemsetAsync(P->part_cnt, 0, bytes, stream);
+    if (bytes > pv->fwd_counters_n) {
+        cudaError_t e;
+        if (pv->fwd_counters && (e = cudaFree(pv->fwd_counters)) != cudaSuccess) return e;
+        pv->fwd_counters = NULL, pv->fwd_counters_n = 0;
+        if ((e = cudaMalloc((void **)&pv->fwd_counters, bytes)) != cudaSuccess) return e;
+        if ((e = cudaMemset(pv->fwd_counters, 0, bytes)) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess)
+            return e;
+        pv->fwd_counters_n = bytes;
+    }
+    P->part_cnt = pv->fwd_counters;
+    return cudaSuccess;
+}
+
+static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
+    size_t cnt_off;
+    return fwd_vt_bytes(p) + fwd_split_ws(ctx, p, &cnt_off);
 }
 
 static flashc_status finish(flashc_ctx *ctx, cudaStream_t stream) {
@@ -315,6 +367,12 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
         P.vt_cols = fp8_vt_cols(p);
     }
     cudaStream_t stream = (cudaStream_t)a->stream;
+    size_t cnt_off;
+    if (fwd_split_ws(ctx, p, &cnt_off)) { // zero the counters in a caller's workspace (the kernel leaves them 0)
+        P.part = (float *)((char *)a->ws + fwd_vt_bytes(p));
+        P.part_cnt = (int *)((char *)P.part + cnt_off);
+        FLASHC_CUDA_TRY(ctx, zero_split_counters(ctx, &P, a->ws, fwd_split_ws(ctx, p, &cnt_off) - cnt_off, stream));
+    }
     // The wgmma kernel loads with 16-byte cp.async only; unaligned tensors take the mma.sync kernel.
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int Dp = p->dtype == FLASHC_DTYPE_E4M3 ? fp8_head_dim(p->D) : padded_head_dim(p->D);

@@ -53,6 +53,15 @@ typedef struct flashc_cuda_attn {
     int aligned;                    // every tensor allows 16-byte vector access (pointers and strides)
 } flashc_cuda_attn;
 
+// A split counter's count: an atomic add with release (this split's partials, ordered before it by a
+// barrier, are visible before the count) and acquire (the last split sees every other's partials).
+// The decode's split-KV and the persistent forward's split tiles.
+static __device__ __forceinline__ int atom_add_acq_rel_gpu(int *ptr, int v) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
+    return old;
+}
+
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift instead of a ~25-instruction division
 // (Granlund and Montgomery; CUTLASS's FastDivmod): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d)
 // errs by e < d <= 2^l, so n e < 2^(31 + l) and the floor is exact; d = 1 passes n through.
@@ -93,6 +102,10 @@ typedef struct flashc_fwd_params {
     float o_scale;                  // O_i is multiplied by it at the end: v_descale for E4M3, else 1
     uint8_t *vt;                    // E4M3: V^T in the workspace (flashc_sm90_fwd.cuh, flashc_fp8_vt_kernel)
     int64_t vt_cols;                // E4M3: its row stride in bytes
+    float *part;                    // sm90 TMA kernel, split tiles: partial O_i, m_i, l_i in the workspace
+    int *part_cnt;                  // ... and their counters (zero between calls)
+    int sk_split;                   // 1: the persistent grid takes equal runs of key blocks (sm90_fwd_piece)
+    int nb_tile;                    // with sk_split: key blocks of every tile
 } flashc_fwd_params;
 
 // Backward. Tensors as in the forward; dout like o, dq like q, dk/dv like k/v.

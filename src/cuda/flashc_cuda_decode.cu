@@ -163,14 +163,6 @@ static __device__ __forceinline__ void dt_store(void *base, int64_t i, int dt, f
     else ((uint16_t *)base)[i] = dt == FLASHC_DTYPE_BF16 ? from_f32<__nv_bfloat16>(x) : from_f32<__half>(x);
 }
 
-// The split counter's count: an atomic add with release (this CTA's partials, ordered before it by
-// a barrier, are visible before the count) and acquire (the last split sees every other's partials).
-static __device__ __forceinline__ int atom_add_acq_rel_gpu(int *ptr, int v) {
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
-    return old;
-}
-
 // c_b, the tokens of sequence b in the cache before the append. The device arrays are not validated
 // on the host (that would be a synchronous copy per call): a bad entry is clamped so that every row
 // touched, c_b + seqlen_new - 1 included, lies inside the capacity (include/flashc.h).

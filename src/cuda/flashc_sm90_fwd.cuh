@@ -269,6 +269,7 @@ static __device__ __forceinline__ int sm90_fwd_unit_next(const flashc_fwd_params
 // its tile has no query rows (a short varlen sequence): the producer posts no record for it.
 typedef struct sm90_fwd_work {
     int b, h, m0, nb_min, nb_max, full_lo, full_hi;
+    int split, role; // a piece of a split tile (sm90_fwd_piece): its split and which piece; else -1, 0
     flashc_cuda_seq s;
 } sm90_fwd_work;
 
@@ -278,9 +279,87 @@ static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params 
     if (!sm90_fwd_unit<SEQ_PAIRS, BM>(p, unit, &m_block, &w->b, &w->h)) return false;
     w->s = cuda_seq(p.a, w->b);
     w->m0 = m_block * BM;
+    w->split = -1;
+    w->role = 0;
     if (w->m0 >= w->s.sq) return false;
     key_blocks_of_rows(p.a, w->s, w->m0, min(BM, w->s.sq - w->m0), BN, &w->nb_min, &w->nb_max, &w->full_lo,
                        &w->full_hi);
+    return true;
+}
+
+// Stream-K (p.sk_split: batch mode, every tile the same nb = p.nb_tile key blocks, more tiles than
+// CTAs and not a multiple of them): whole rounds of tiles as before, then the key blocks of the last
+// G..2G - 1 tiles (G CTAs), tile after tile, cut into one equal run per CTA, so that no CTA idles
+// through the last round (with 2048 tiles on 132 CTAs, 68 CTAs ran 16 tiles and 64 ran 15: H200,
+// bench/results/h200-2026-12-03-s27.txt call 5). A run starts and ends inside a tile at most once
+// each, so a tile is split between two CTAs at most (a run holds at least nb blocks): split s = the CTA
+// whose run ends inside it. (Runs over all tiles, call 6: 0.65-0.88x at S <= 4096, where concurrent
+// CTAs no longer share K_j, V_j through L2; D = 128 S = 16k 1.01x, e4m3 1.03x.) Each piece stores its partial O_i, m_i, l_i and counts itself in; the second
+// merges both (sm90_fwd_merge). The piece of tile u / nb from block u (blocks of a tile in the loop's
+// order, right to left) to the end of the tile or of the run; *u becomes the next piece's start.
+template <int BM, int BN>
+static __device__ __forceinline__ void sm90_fwd_piece(const flashc_fwd_params &p, int tile0, int64_t *u, int64_t u_end,
+                                                      sm90_fwd_work *w) {
+    const int nb = p.nb_tile;
+    const int tt = (int)(*u / nb), t0 = (int)(*u - (int64_t)tt * nb), tile = tile0 + tt;
+    const int t1 = (int)min((int64_t)nb, u_end - (int64_t)tile * nb);
+    sm90_fwd_work_of<BM, BN>(p, tile, w); // (every tile has rows: tile < n_units, batch mode)
+    w->nb_min = w->nb_max - t1;
+    w->nb_max -= t0;
+    if (t0 > 0 || t1 < nb) {
+        w->role = t0 > 0;
+        w->split = (int)blockIdx.x - w->role;
+    }
+    *u = (int64_t)tt * nb + t1;
+}
+
+// A piece of a split tile, after its key blocks (consumer warpgroup wg of NWG, each warp on its own):
+// its O_i, m_i, l_i go to the workspace (per thread, in the accumulator layout, which the other
+// piece's thread of the same index shares), then the warp counts itself in. The second warp of the
+// pair loads the other's and merges them (in piece order, so that the result does not depend on
+// which came second) and returns true: O_i, m_i, l_i are the whole tile's, for the epilogue. The
+// counter goes back to 0 for the next call. (The decode's split protocol, per warp: a release add
+// after the stores, ordered by __syncwarp; an acquire in the second, then L2 loads.)
+template <int D, int NWG>
+static __device__ __forceinline__ bool sm90_fwd_merge(const flashc_fwd_params &p, int split, int role, int wg, float *O,
+                                                      float *m_i, float *l_i) {
+    constexpr int W = D / 2 + 4; // floats a thread: O_i, m_i, l_i
+    const int t128 = threadIdx.x & 127, lane = t128 & 31;
+    float *const slot = p.part + ((int64_t)split * 2 * NWG + wg) * 128 * W + t128;
+    float *const mine = slot + role * NWG * 128 * W, *const other = slot + (role ^ 1) * NWG * 128 * W;
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) mine[i * 128] = O[i];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mine[(D / 2 + r) * 128] = m_i[r];
+        mine[(D / 2 + 2 + r) * 128] = l_i[r];
+    }
+    __syncwarp();
+    int *const cnt = p.part_cnt + (split * NWG + wg) * 4 + (t128 >> 5);
+    int second = 0;
+    if (lane == 0) {
+        second = atom_add_acq_rel_gpu(cnt, 1) == 1;
+        if (second) *cnt = 0; // both pieces have counted
+    }
+    if (!__shfl_sync(0xffffffffu, second, 0)) return false;
+    __syncwarp();
+    float a[2][2]; // [piece][row]: each piece's factor 2^(m_piece - m)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float mo = __ldcg(other + (D / 2 + r) * 128), lo = __ldcg(other + (D / 2 + 2 + r) * 128);
+        const float m0 = role ? mo : m_i[r], m1 = role ? m_i[r] : mo, l0 = role ? lo : l_i[r], l1 = role ? l_i[r] : lo;
+        const float m = fmaxf(m0, m1), ms = m == -INFINITY ? 0.f : m;
+        a[0][r] = ex2(m0 - ms);
+        a[1][r] = ex2(m1 - ms);
+        m_i[r] = m;
+        l_i[r] = fmaf(l1, a[1][r], l0 * a[0][r]);
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) {
+        const int r = (i >> 1) & 1;
+        const float oo = __ldcg(other + i * 128), o0 = role ? oo : O[i], o1 = role ? O[i] : oo;
+        O[i] = fmaf(o1, a[1][r], o0 * a[0][r]);
+    }
     return true;
 }
 
@@ -833,9 +912,18 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         tma_prefetch_map(&maps.v);
         if constexpr (FP8 && BN % 128) tma_prefetch_map(&maps.v64);
         int kv = 0, qi = 0, rec = 0; // key blocks, Q tiles and records posted so far
-        for (int unit = sm90_fwd_unit_first(p); unit < n_units; unit = sm90_fwd_unit_next(p, unit)) {
+        // stream-K: whole rounds of tiles as before, then this CTA's run [u, u_end) of the key blocks
+        // of the last tail tiles (one to two rounds' worth, so that concurrent CTAs keep to neighbouring
+        // tiles, whose K_j, V_j L2 holds), from tile tile0 on (sm90_fwd_piece)
+        const bool split = !RAGGED && p.sk_split; // (the RAGGED instances never split)
+        const int tile0 = split ? (n_units / (int)gridDim.x - 1) * (int)gridDim.x : n_units;
+        const int64_t U = (int64_t)(n_units - tile0) * p.nb_tile;
+        int64_t u = (int64_t)blockIdx.x * U / gridDim.x;
+        const int64_t u_end = ((int64_t)blockIdx.x + 1) * U / gridDim.x;
+        for (int unit = sm90_fwd_unit_first(p); unit < tile0 || (split && u < u_end); unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
-            if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w)) continue;
+            if (unit >= tile0) sm90_fwd_piece<BM, BN>(p, tile0, &u, u_end, &w);
+            else if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w)) continue;
             const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
             // the tile's record, and Q_i where it has key blocks (after the consumers are done with
             // the previous Q_i and with the record two back, which shared this slot)
@@ -991,7 +1079,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         // D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes); its slot is rewritten only
         // two records on, after every consumer has released the next one
         const sm90_fwd_work w2 = work_slot[rec & 1];
-        if (O_BYTES > 0 && maps.o_tma)
+        if (!RAGGED && w2.split >= 0) { // a piece of a split tile: the second stores the tile, from registers
+            if (sm90_fwd_merge<D, NWG>(p, w2.split, w2.role, c, O, m_i, l_i))
+                sm90_fwd_store_regs<T, D, BM>(p, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i);
+        } else if (O_BYTES > 0 && maps.o_tma)
             sm90_fwd_store_tma<T, D>(p, &maps.o, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i, sO + c * 64 * D * 2);
         else
             sm90_fwd_store_regs<T, D, BM>(p, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i);
@@ -1133,6 +1224,11 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
         if (e != cudaSuccess) return e;
         const long long units = p->tile_pairs ? (long long)(p->n_m_blocks + 1) / 2 * BH : blocks;
         const long long grid = p->ctas > 0 && p->ctas < units ? p->ctas : units; // persistent: one CTA per SM
+        // stream-K (sm90_fwd_piece) where the tiles do not divide evenly over the grid; tiles without
+        // pairs all take every key block (no window), and the workspace has its area for this grid
+        p->nb_tile = (p->a.Sk + BN - 1) / BN;
+        p->sk_split = p->part != NULL && !ragged && !p->tile_pairs && p->a.window_left < 0 && p->a.window_right < 0 &&
+                      p->a.Sk > 0 && grid == p->ctas && units > grid && units % grid != 0;
         kernel<<<(unsigned)grid, (NWG + 1) * 128, smem, stream>>>(*p, maps);
     } else {
         void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, LOOP == 1>;
