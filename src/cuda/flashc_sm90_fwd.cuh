@@ -269,7 +269,6 @@ static __device__ __forceinline__ int sm90_fwd_unit_next(const flashc_fwd_params
 // its tile has no query rows (a short varlen sequence): the producer posts no record for it.
 typedef struct sm90_fwd_work {
     int b, h, m0, nb_min, nb_max, full_lo, full_hi;
-    int split, role; // a piece of a split tile (sm90_fwd_piece): its split and which piece; else -1, 0
     flashc_cuda_seq s;
 } sm90_fwd_work;
 
@@ -279,8 +278,6 @@ static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params 
     if (!sm90_fwd_unit<SEQ_PAIRS, BM>(p, unit, &m_block, &w->b, &w->h)) return false;
     w->s = cuda_seq(p.a, w->b);
     w->m0 = m_block * BM;
-    w->split = -1;
-    w->role = 0;
     if (w->m0 >= w->s.sq) return false;
     key_blocks_of_rows(p.a, w->s, w->m0, min(BM, w->s.sq - w->m0), BN, &w->nb_min, &w->nb_max, &w->full_lo,
                        &w->full_hi);
@@ -294,22 +291,21 @@ static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params 
 // bench/results/h200-2026-12-03-s27.txt call 5). A run starts and ends inside a tile at most once
 // each, so a tile is split between two CTAs at most (a run holds at least nb blocks): split s = the CTA
 // whose run ends inside it. (Runs over all tiles, call 6: 0.65-0.88x at S <= 4096, where concurrent
-// CTAs no longer share K_j, V_j through L2; D = 128 S = 16k 1.01x, e4m3 1.03x.) Each piece stores its partial O_i, m_i, l_i and counts itself in; the second
-// merges both (sm90_fwd_merge). The piece of tile u / nb from block u (blocks of a tile in the loop's
-// order, right to left) to the end of the tile or of the run; *u becomes the next piece's start.
+// CTAs no longer share K_j, V_j through L2; D = 128 S = 16k 1.01x, e4m3 1.03x.) Each piece stores its
+// partial O_i, m_i, l_i and counts itself in; the second merges both (sm90_fwd_merge). The piece of
+// tail tile u / nb from block u (blocks of a tile in the loop's order, right to left) to the end of
+// the tile or of the run; *u becomes the next piece's start; *piece = (split, which piece), or
+// (-1, 0) for a whole tile. (Beside the record, not in it: the other instances keep their code.)
 template <int BM, int BN>
 static __device__ __forceinline__ void sm90_fwd_piece(const flashc_fwd_params &p, int tile0, int64_t *u, int64_t u_end,
-                                                      sm90_fwd_work *w) {
+                                                      sm90_fwd_work *w, int2 *piece) {
     const int nb = p.nb_tile;
     const int tt = (int)(*u / nb), t0 = (int)(*u - (int64_t)tt * nb), tile = tile0 + tt;
-    const int t1 = (int)min((int64_t)nb, u_end - (int64_t)tile * nb);
+    const int t1 = (int)min((int64_t)nb, u_end - (int64_t)tt * nb);
     sm90_fwd_work_of<BM, BN>(p, tile, w); // (every tile has rows: tile < n_units, batch mode)
     w->nb_min = w->nb_max - t1;
     w->nb_max -= t0;
-    if (t0 > 0 || t1 < nb) {
-        w->role = t0 > 0;
-        w->split = (int)blockIdx.x - w->role;
-    }
+    *piece = t0 > 0 || t1 < nb ? make_int2((int)blockIdx.x - (t0 > 0), t0 > 0) : make_int2(-1, 0);
     *u = (int64_t)tt * nb + t1;
 }
 
@@ -853,7 +849,7 @@ static __device__ __forceinline__ void sm90_fwd_ragged_warp(const flashc_fwd_par
 // 1.00-1.09x at S = 512-2048 (causal D = 64 1.04-1.09x, e4m3 D = 128 1.02-1.05x), 0.98-1.02x at
 // 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
 // the lab: h200-2026-12-01-s9-own.txt.)
-template <typename T, int D, int NWG, int BN, int STAGES, int O_BYTES, bool RAGGED>
+template <typename T, int D, int NWG, int BN, int STAGES, int O_BYTES, bool RAGGED, bool SPLIT = false>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     flashc_fwd_sm90_ws_kernel(const __grid_constant__ flashc_fwd_params p, const __grid_constant__ flashc_sm90_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -878,8 +874,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const uint32_t sQ = base, sK0 = sQ + Q_BYTES, sV0 = sK0 + STAGES * KV_BYTES, sO = sV0 + STAGES * KV_BYTES;
     const uint32_t fullQ = sO + O_BYTES, emptyQ = fullQ + 8, fullK = emptyQ + 8, fullV = fullK + 8 * STAGES,
                    emptyK = fullV + 8 * STAGES, emptyV = emptyK + 8 * STAGES, sWork = emptyV + 8 * STAGES;
-    static_assert(16 + 32 * STAGES + 2 * sizeof(sm90_fwd_work) <= 256, "barriers and records: the 256 bytes of smem_of");
+    static_assert(16 + 32 * STAGES + 2 * sizeof(sm90_fwd_work) + 2 * sizeof(int2) <= 256,
+                  "barriers, records and pieces: the 256 bytes of smem_of");
     sm90_fwd_work *const work_slot = (sm90_fwd_work *)((char *)flashc_smem + (sWork - smem_u32(flashc_smem)));
+    int2 *const piece_slot = (int2 *)(work_slot + 2); // SPLIT: each record's (split, piece)
     const int tid = threadIdx.x, wg = warpgroup_uniform(0);
     const int n_units = (p.tile_pairs ? (p.n_m_blocks + 1) / 2 * 2 : p.n_m_blocks) * p.a.B * p.a.H;
 
@@ -915,14 +913,15 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         // stream-K: whole rounds of tiles as before, then this CTA's run [u, u_end) of the key blocks
         // of the last tail tiles (one to two rounds' worth, so that concurrent CTAs keep to neighbouring
         // tiles, whose K_j, V_j L2 holds), from tile tile0 on (sm90_fwd_piece)
-        const bool split = !RAGGED && p.sk_split; // (the RAGGED instances never split)
+        const bool split = SPLIT && p.sk_split; // (the launcher picks SPLIT with sk_split)
         const int tile0 = split ? (n_units / (int)gridDim.x - 1) * (int)gridDim.x : n_units;
         const int64_t U = (int64_t)(n_units - tile0) * p.nb_tile;
         int64_t u = (int64_t)blockIdx.x * U / gridDim.x;
         const int64_t u_end = ((int64_t)blockIdx.x + 1) * U / gridDim.x;
         for (int unit = sm90_fwd_unit_first(p); unit < tile0 || (split && u < u_end); unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
-            if (unit >= tile0) sm90_fwd_piece<BM, BN>(p, tile0, &u, u_end, &w);
+            int2 piece = make_int2(-1, 0);
+            if (SPLIT && unit >= tile0) sm90_fwd_piece<BM, BN>(p, tile0, &u, u_end, &w, &piece);
             else if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w)) continue;
             const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
             // the tile's record, and Q_i where it has key blocks (after the consumers are done with
@@ -930,6 +929,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             FLASHC_FWD_TRACE(0, qi, 0);
             mbar_wait(emptyQ, (rec & 1) ^ 1);
             work_slot[rec & 1] = w;
+            if (SPLIT) piece_slot[rec & 1] = piece;
             rec++;
             if (n_blocks <= 0) { // nothing to load: the consumers store O = 0, lse = +inf
                 mbar_arrive(fullQ);
@@ -1079,8 +1079,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         // D = 64 with 3 consumers and e4m3 D = 256 spilled ~100 bytes); its slot is rewritten only
         // two records on, after every consumer has released the next one
         const sm90_fwd_work w2 = work_slot[rec & 1];
-        if (!RAGGED && w2.split >= 0) { // a piece of a split tile: the second stores the tile, from registers
-            if (sm90_fwd_merge<D, NWG>(p, w2.split, w2.role, c, O, m_i, l_i))
+        const int2 piece = SPLIT ? piece_slot[rec & 1] : make_int2(-1, 0);
+        if (SPLIT && piece.x >= 0) { // a piece of a split tile: the second stores the tile, from registers
+            if (sm90_fwd_merge<D, NWG>(p, piece.x, piece.y, c, O, m_i, l_i))
                 sm90_fwd_store_regs<T, D, BM>(p, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i);
         } else if (O_BYTES > 0 && maps.o_tma)
             sm90_fwd_store_tma<T, D>(p, &maps.o, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i, sO + c * 64 * D * 2);
@@ -1216,12 +1217,6 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
         flashc_fp8_vt_kernel<T><<<grid, 128, 0, stream>>>(*p);
     }
     if constexpr (LOOP == 2) {
-        // varlen or seqused_k (bf16/f16): the instance that zeroes V past each sequence
-        constexpr bool FP8 = sm90_elem<T>::FP8;
-        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) =
-            ragged ? flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, !FP8> : flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, false>;
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
         const long long units = p->tile_pairs ? (long long)(p->n_m_blocks + 1) / 2 * BH : blocks;
         const long long grid = p->ctas > 0 && p->ctas < units ? p->ctas : units; // persistent: one CTA per SM
         // stream-K (sm90_fwd_piece) where the tiles do not divide evenly over the grid; tiles without
@@ -1229,6 +1224,15 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
         p->nb_tile = (p->a.Sk + BN - 1) / BN;
         p->sk_split = p->part != NULL && !ragged && !p->tile_pairs && p->a.window_left < 0 && p->a.window_right < 0 &&
                       p->a.Sk > 0 && grid == p->ctas && units > grid && units % grid != 0;
+        // varlen or seqused_k (bf16/f16): the instance that zeroes V past each sequence; split tiles
+        // their own instance, so that the others run the code they ran before
+        constexpr bool FP8 = sm90_elem<T>::FP8;
+        void (*kernel)(const flashc_fwd_params, const flashc_sm90_maps) =
+            ragged         ? flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, !FP8>
+            : p->sk_split ? flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, false, true>
+                           : flashc_fwd_sm90_ws_kernel<T, D, NWG, BN, STAGES, o_bytes, false>;
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
         kernel<<<(unsigned)grid, (NWG + 1) * 128, smem, stream>>>(*p, maps);
     } else {
         void (*kernel)(const flashc_fwd_params) = flashc_fwd_sm90_kernel<T, D, NWG, BN, STAGES, LOOP == 1>;
