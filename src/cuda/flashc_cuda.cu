@@ -285,7 +285,8 @@ static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uin
 // The persistent wgmma forward's split tiles (stream-K, sm90_fwd_piece in flashc_sm90_fwd.cuh): for
 // each split (one per CTA at most) two pieces' partial O_i, m_i, l_i, fp32, D / 2 + 4 per thread of
 // each consumer warpgroup, then 4 int counters per warpgroup (one a warp). Reserved for the
-// problems the launcher may split: batch mode, no window, no seqused_k, on the wgmma path
+// problems the launcher may split: batch mode, no window or causal with Sq = Sk, no seqused_k, on the
+// wgmma path
 // (on 132 SMs: 13.8 MB at D = 64 with 3 warpgroups, 17.4 MB at D = 128, 33.8 MB at D = 256). 0
 // where there is none.
 static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *p, int *nwg, int *ctas) {
@@ -293,7 +294,9 @@ static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *
     const int fp8 = p->dtype == FLASHC_DTYPE_E4M3;
     *ctas = pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
     *nwg = 0;
-    if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || p->window_left >= 0 || p->window_right >= 0 || *ctas < 2)
+    const int causal_square = p->window_left < 0 && p->window_right == 0 && p->Sq == p->Sk; // (pairs)
+    if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || !((p->window_left < 0 && p->window_right < 0) || causal_square) ||
+        *ctas < 2)
         return 0;
     const int Dp = fp8 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
     const flashc_cuda_tile a = flashc_cuda_tune_fwd_sm90(Dp, fp8, false), b = flashc_cuda_tune_fwd_sm90(Dp, fp8, true);

@@ -284,29 +284,40 @@ static __device__ __forceinline__ bool sm90_fwd_work_of(const flashc_fwd_params 
     return true;
 }
 
-// Stream-K (p.sk_split: batch mode, every tile the same nb = p.nb_tile key blocks, more tiles than
-// CTAs and not a multiple of them): whole rounds of tiles as before, then the key blocks of the last
-// G..2G - 1 tiles (G CTAs), tile after tile, cut into one equal run per CTA, so that no CTA idles
-// through the last round (with 2048 tiles on 132 CTAs, 68 CTAs ran 16 tiles and 64 ran 15: H200,
-// bench/results/h200-2026-12-03-s27.txt call 5). A run starts and ends inside a tile at most once
-// each, so a tile is split between two CTAs at most (a run holds at least nb blocks): split s = the CTA
-// whose run ends inside it. (Runs over all tiles, call 6: 0.65-0.88x at S <= 4096, where concurrent
-// CTAs no longer share K_j, V_j through L2; D = 128 S = 16k 1.01x, e4m3 1.03x.) Each piece stores its
-// partial O_i, m_i, l_i and counts itself in; the second merges both (sm90_fwd_merge). The piece of
-// tail tile u / nb from block u (blocks of a tile in the loop's order, right to left) to the end of
-// the tile or of the run; *u becomes the next piece's start; *piece = (split, which piece), or
-// (-1, 0) for a whole tile. (Beside the record, not in it: the other instances keep their code.)
+// Stream-K (p.sk_split: batch mode, every work item the same p.nb_tile key blocks, more items than
+// CTAs and not a multiple of them). An item is a tile (no window: all key blocks), or with
+// p.tile_pairs a causal pair of tiles M - 1 - q, q (Sq = Sk, BM = BN, M even: M - q + q + 1 = M + 1
+// blocks). Whole rounds of items as before, then the key blocks of the last G..2G - 1 items (G CTAs),
+// item after item (a pair's first tile, then its second), cut into one equal run per CTA, so that no
+// CTA idles through the last round (with 2048 tiles on 132 CTAs, 68 CTAs ran 16 tiles and 64 ran 15:
+// H200, bench/results/h200-2026-12-03-s27.txt call 5). A run holds at least an item's blocks, so it
+// starts and ends inside a tile at most once each and a tile is split between two CTAs at most:
+// split s = the CTA whose run ends inside it. (Runs over all tiles, call 6: 0.65-0.88x at S <= 4096,
+// where concurrent CTAs no longer share K_j, V_j through L2; D = 128 S = 16k 1.01x, e4m3 1.03x.) Each
+// piece stores its partial O_i, m_i, l_i and counts itself in; the second merges both
+// (sm90_fwd_merge). The piece of the tile that holds tail block u (of item item0 + u / nb_tile;
+// blocks of a tile in the loop's order, right to left) up to the end of the tile or of the run; *u
+// becomes the next piece's start; *piece = (split, which piece), or (-1, 0) for a whole tile.
+// (Beside the record, not in it: the other kernel instances keep their code.)
 template <int BM, int BN>
-static __device__ __forceinline__ void sm90_fwd_piece(const flashc_fwd_params &p, int tile0, int64_t *u, int64_t u_end,
+static __device__ __forceinline__ void sm90_fwd_piece(const flashc_fwd_params &p, int item0, int64_t *u, int64_t u_end,
                                                       sm90_fwd_work *w, int2 *piece) {
-    const int nb = p.nb_tile;
-    const int tt = (int)(*u / nb), t0 = (int)(*u - (int64_t)tt * nb), tile = tile0 + tt;
-    const int t1 = (int)min((int64_t)nb, u_end - (int64_t)tt * nb);
-    sm90_fwd_work_of<BM, BN>(p, tile, w); // (every tile has rows: tile < n_units, batch mode)
+    const int W = p.nb_tile, it = (int)(*u / W), r = (int)(*u - (int64_t)it * W), item = item0 + it;
+    int unit = item, off = 0, nb = W; // the tile's unit, its first block in the item, its blocks
+    if (p.tile_pairs) { // the pair's first tile is query block mb = M - 1 - q: mb + 1 key blocks
+        int mb, b, h;
+        sm90_fwd_unit(p, 2 * item, &mb, &b, &h);
+        const bool second = r > mb;
+        unit = 2 * item + second;
+        off = second ? mb + 1 : 0;
+        nb = second ? W - (mb + 1) : mb + 1;
+    }
+    const int t0 = r - off, t1 = (int)min((int64_t)nb, u_end - (int64_t)it * W - off);
+    sm90_fwd_work_of<BM, BN>(p, unit, w); // (every tile has rows and key blocks here: batch mode)
     w->nb_min = w->nb_max - t1;
     w->nb_max -= t0;
     *piece = t0 > 0 || t1 < nb ? make_int2((int)blockIdx.x - (t0 > 0), t0 > 0) : make_int2(-1, 0);
-    *u = (int64_t)tt * nb + t1;
+    *u = (int64_t)it * W + off + t1;
 }
 
 // A piece of a split tile, after its key blocks (consumer warpgroup wg of NWG, each warp on its own):
@@ -914,14 +925,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         // of the last tail tiles (one to two rounds' worth, so that concurrent CTAs keep to neighbouring
         // tiles, whose K_j, V_j L2 holds), from tile tile0 on (sm90_fwd_piece)
         const bool split = SPLIT && p.sk_split; // (the launcher picks SPLIT with sk_split)
-        const int tile0 = split ? (n_units / (int)gridDim.x - 1) * (int)gridDim.x : n_units;
-        const int64_t U = (int64_t)(n_units - tile0) * p.nb_tile;
+        const int items = p.tile_pairs ? n_units / 2 : n_units; // (pairs: M even, no empty member)
+        const int item0 = split ? (items / (int)gridDim.x - 1) * (int)gridDim.x : items;
+        const int unit0 = !split ? n_units : p.tile_pairs ? 2 * item0 : item0; // the tail's first unit
+        const int64_t U = (int64_t)(items - item0) * p.nb_tile;
         int64_t u = (int64_t)blockIdx.x * U / gridDim.x;
         const int64_t u_end = ((int64_t)blockIdx.x + 1) * U / gridDim.x;
-        for (int unit = sm90_fwd_unit_first(p); unit < tile0 || (split && u < u_end); unit = sm90_fwd_unit_next(p, unit)) {
+        for (int unit = sm90_fwd_unit_first(p); unit < unit0 || (split && u < u_end); unit = sm90_fwd_unit_next(p, unit)) {
             sm90_fwd_work w;
             int2 piece = make_int2(-1, 0);
-            if (SPLIT && unit >= tile0) sm90_fwd_piece<BM, BN>(p, tile0, &u, u_end, &w, &piece);
+            if (SPLIT && unit >= unit0) sm90_fwd_piece<BM, BN>(p, item0, &u, u_end, &w, &piece);
             else if (!sm90_fwd_work_of<BM, BN, RAGGED>(p, unit, &w)) continue;
             const int nb_max = w.nb_max, n_blocks = w.nb_max - w.nb_min;
             // the tile's record, and Q_i where it has key blocks (after the consumers are done with
@@ -1219,11 +1232,16 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
     if constexpr (LOOP == 2) {
         const long long units = p->tile_pairs ? (long long)(p->n_m_blocks + 1) / 2 * BH : blocks;
         const long long grid = p->ctas > 0 && p->ctas < units ? p->ctas : units; // persistent: one CTA per SM
-        // stream-K (sm90_fwd_piece) where the tiles do not divide evenly over the grid; tiles without
-        // pairs all take every key block (no window), and the workspace has its area for this grid
-        p->nb_tile = (p->a.Sk + BN - 1) / BN;
-        p->sk_split = p->part != NULL && !ragged && !p->tile_pairs && p->a.window_left < 0 && p->a.window_right < 0 &&
-                      p->a.Sk > 0 && grid == p->ctas && units > grid && units % grid != 0;
+        // stream-K (sm90_fwd_piece) where the work items do not divide evenly over the grid: tiles
+        // that all take every key block (no window), or causal pairs of M + 1 key blocks (Sq = Sk,
+        // BM = BN, M even); and the workspace has its area for this grid
+        const int M = p->n_m_blocks;
+        const bool pairs_even = p->tile_pairs && p->a.window_left < 0 && p->a.window_right == 0 && p->a.Sq == p->a.Sk &&
+                                NWG * 64 == BN && M % 2 == 0;
+        const long long items = p->tile_pairs ? units : blocks; // (units counts pairs here)
+        p->nb_tile = p->tile_pairs ? M + 1 : (p->a.Sk + BN - 1) / BN;
+        p->sk_split = p->part != NULL && !ragged && (p->tile_pairs ? pairs_even : p->a.window_left < 0 && p->a.window_right < 0) &&
+                      p->a.Sk > 0 && grid == p->ctas && items > grid && items % grid != 0;
         // varlen or seqused_k (bf16/f16): the instance that zeroes V past each sequence; split tiles
         // their own instance, so that the others run the code they ran before
         constexpr bool FP8 = sm90_elem<T>::FP8;
