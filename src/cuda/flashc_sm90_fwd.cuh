@@ -306,7 +306,7 @@ static __device__ __forceinline__ void sm90_fwd_piece(const flashc_fwd_params &p
     int unit = item, off = 0, nb = W; // the tile's unit, its first block in the item, its blocks
     if (p.tile_pairs) { // the pair's first tile is query block mb = M - 1 - q: mb + 1 key blocks
         int mb, b, h;
-        sm90_fwd_unit(p, 2 * item, &mb, &b, &h);
+        sm90_fwd_unit<false, BM>(p, 2 * item, &mb, &b, &h);
         const bool second = r > mb;
         unit = 2 * item + second;
         off = second ? mb + 1 : 0;
@@ -1240,7 +1240,7 @@ cudaError_t flashc_cuda_fwd_sm90_run(flashc_fwd_params *p, cudaStream_t stream) 
                                 NWG * 64 == BN && M % 2 == 0;
         const long long items = p->tile_pairs ? units : blocks; // (units counts pairs here)
         p->nb_tile = p->tile_pairs ? M + 1 : (p->a.Sk + BN - 1) / BN;
-        p->sk_split = p->part != NULL && !ragged && (p->tile_pairs ? pairs_even : p->a.window_left < 0 && p->a.window_right < 0) &&
+        p->sk_split = p->part != NULL && !ragged && !p->a.cu_q && !p->a.seqused_k && (p->tile_pairs ? pairs_even : p->a.window_left < 0 && p->a.window_right < 0) &&
                       p->a.Sk > 0 && grid == p->ctas && items > grid && items % grid != 0;
         // varlen or seqused_k (bf16/f16): the instance that zeroes V past each sequence; split tiles
         // their own instance, so that the others run the code they ran before
