@@ -73,10 +73,15 @@ if want test; then
     run_test "test (cuda, full sweep)" test.log "$BUILD/test_flashc" --backend cuda
     # the same sweep on a persistent forward grid of 3 CTAs: many tiles per CTA, paired tiles
     run_test "test (cuda, FLASHC_CUDA_CTAS=3)" test_ctas3.log env FLASHC_CUDA_CTAS=3 "$BUILD/test_flashc" --backend cuda
+    # 7 CTAs with the stream-K tail wherever it applies (FLASHC_CUDA_SPLIT_KEYS=0): split tiles
+    run_test "test (cuda, 7 CTAs, split tiles)" test_split.log env FLASHC_CUDA_CTAS=7 FLASHC_CUDA_SPLIT_KEYS=0 \
+        "$BUILD/test_flashc" --backend cuda
     # the mma.sync (FA2-class) kernels, which other GPUs run: forced here on sm_90
     run_test "test (cuda, FLASHC_CUDA_SM90=0)" test_mma.log env FLASHC_CUDA_SM90=0 "$BUILD/test_flashc" --backend cuda
     run_test "test_kvcache (cuda)" kvcache.log "$BUILD/test_kvcache" --backend cuda
     run_test "test_fp8 (cuda)" fp8.log "$BUILD/test_fp8" --backend cuda
+    run_test "test_fp8 (cuda, 5 CTAs, split tiles)" fp8_split.log env FLASHC_CUDA_CTAS=5 FLASHC_CUDA_SPLIT_KEYS=0 \
+        "$BUILD/test_fp8" --backend cuda --quick
 fi
 
 if want python; then
@@ -118,8 +123,9 @@ if want sanitize || want memcheck || want racecheck; then
             want sanitize || want $tool || continue
             part quick && sanitize $tool $tool $tool.log "$BUILD/test_flashc" --backend cuda --quick \
                 ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
-            # a persistent forward grid of 3 CTAs: the rings and tile records wrap many times
-            part ctas3 && FLASHC_CUDA_CTAS=3 sanitize $tool "$tool (3 CTAs)" $tool-ctas3.log "$BUILD/test_flashc" \
+            # a persistent forward grid of 3 CTAs: the rings and tile records wrap many times, and
+            # the last rounds' tiles split between CTAs (the stream-K tail, on every size here)
+            part ctas3 && FLASHC_CUDA_CTAS=3 FLASHC_CUDA_SPLIT_KEYS=0 sanitize $tool "$tool (3 CTAs)" $tool-ctas3.log "$BUILD/test_flashc" \
                 --backend cuda --quick ${SANITIZE_FILTER:+--filter "$SANITIZE_FILTER"}
             # the ragged and deterministic backward paths: rows past a sequence's end hold NaN / Inf
             part rows && sanitize $tool "$tool (rows holding)" $tool-rows.log "$BUILD/test_flashc" --backend cuda \

@@ -27,6 +27,7 @@ typedef struct flashc_cuda_priv {
     int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force the forward's lockstep / ping-pong / TMA loop,
                       // 1 or 2 / 3 / 4 the backward's cp.async / TMA 2-stage / 3-stage mode (0: tuned)
     int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs
+    int split_keys;   // FLASHC_CUDA_SPLIT_KEYS = N >= 0: split tiles of N keys and up (-1: the table's)
     int *dec_counters;      // the decode's split counters with the ctx's own workspace: zero between calls
     size_t dec_counters_n;
     int *fwd_counters;      // the same for the forward's split tiles (zero_split_counters)
@@ -94,6 +95,10 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     // the paired tile order of flashc_sm90_fwd.cuh) on their small problems.
     env = getenv("FLASHC_CUDA_CTAS");
     pv->max_ctas = env ? atoi(env) : 0;
+    // FLASHC_CUDA_SPLIT_KEYS=N: the forward's stream-K tail on rows of N keys and up instead of
+    // flashc_cuda_fwd_split_keys' (0: wherever it applies, so that the tests reach it)
+    env = getenv("FLASHC_CUDA_SPLIT_KEYS");
+    pv->split_keys = env && env[0] ? atoi(env) : -1;
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -286,19 +291,19 @@ static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uin
 // each split (one per CTA at most) two pieces' partial O_i, m_i, l_i, fp32, D / 2 + 4 per thread of
 // each consumer warpgroup, then 4 int counters per warpgroup (one a warp). Reserved for the
 // problems the launcher may split: batch mode, no window or causal with Sq = Sk, no seqused_k, on the
-// wgmma path
-// (on 132 SMs: 13.8 MB at D = 64 with 3 warpgroups, 17.4 MB at D = 128, 33.8 MB at D = 256). 0
-// where there is none.
+// wgmma path, rows of flashc_cuda_fwd_split_keys and up (on 132 SMs: 13.8 MB at D = 64 with 3
+// warpgroups, 17.4 MB at D = 128, 33.8 MB at D = 256). 0 where there is none.
 static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *p, int *nwg, int *ctas) {
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int fp8 = p->dtype == FLASHC_DTYPE_E4M3;
     *ctas = pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
     *nwg = 0;
     const int causal_square = p->window_left < 0 && p->window_right == 0 && p->Sq == p->Sk; // (pairs)
-    if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || !((p->window_left < 0 && p->window_right < 0) || causal_square) ||
-        *ctas < 2)
-        return 0;
     const int Dp = fp8 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
+    const int64_t keys = pv->split_keys >= 0 ? pv->split_keys : flashc_cuda_fwd_split_keys(Dp);
+    if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || !((p->window_left < 0 && p->window_right < 0) || causal_square) ||
+        *ctas < 2 || (int64_t)p->Sk < (causal_square ? 2 : 1) * keys)
+        return 0;
     const flashc_cuda_tile a = flashc_cuda_tune_fwd_sm90(Dp, fp8, false), b = flashc_cuda_tune_fwd_sm90(Dp, fp8, true);
     *nwg = (a.nwarps > b.nwarps ? a.nwarps : b.nwarps) / 4;
     return (size_t)(*ctas - 1) * 2 * *nwg * 128 * (Dp / 2 + 4) * sizeof(float);

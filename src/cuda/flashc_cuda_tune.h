@@ -91,6 +91,17 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 static constexpr int flashc_cuda_fwd_sm90_short_keys(int D, bool fp8, bool causal) {
     return fp8 ? (D <= 128 ? 2048 : 0) : D <= 64 ? (causal ? 4096 : 0) : D <= 128 ? 8192 : 0;
 }
+// Stream-K tail of the persistent forward (sm90_fwd_piece): split the last rounds' tiles only where a
+// tile sees at least this many keys (causal pairs: Sk / 2 on average). Each piece of a split tile
+// costs its partial O_i, m_i, l_i stores, a release, a merge and a Q_i load, which short tiles do not
+// win back. H200, one process, every splittable problem split against main (dev/cuda/ab.py,
+// bench/results/h200-2026-12-04-s28.txt call 1), S = 512 / 1024 / 2048 / 4096 / 16384: non-causal
+// D = 64 0.99 / 1.02 / 1.02 / 1.03 / 1.02x, D = 128 0.96 / 0.99 / 1.01 / 1.02 / 1.03x, D = 256
+// 0.88 / 0.93 / 0.97 / 0.99 / 1.02x, e4m3 D = 128 0.96 / 0.98 / 1.02 / 1.02 / 1.03x, e4m3 D = 256
+// 0.88 / 0.92 / 0.96 / 1.00 / 1.02x; causal pairs D = 64 0.96-0.97x (S <= 2048), D = 128 0.94 /
+// 0.96 / 0.99 / 1.00 / 1.02x, e4m3 D = 128 0.94 / 0.95x (S <= 1024), e4m3 D = 256 0.84 / 0.90 /
+// 0.94 / 0.96 / 1.00x.
+static constexpr int flashc_cuda_fwd_split_keys(int D) { return D <= 128 ? 2048 : 16384; }
 static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool short_rows = false) {
     return fp8        ? (D <= 128 ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 192, 8, 3, 0, 0, 0, 2})
                                   : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
