@@ -19,8 +19,9 @@
 # Exit status: 0 all passed, 1 a test or sanitizer failed, 2 the build failed.
 #
 # Usage: sh scripts/gpu.sh [all|test|python|bench|sanitize|memcheck|racecheck]...   (default: all)
-#   Under the device tool's 600 s a call, one step a call. On the H200 (2026-12-03, session 24):
-#   test 289 s (each test_flashc sweep ~50, test_fp8 130), python 175, bench 69, memcheck 134;
+#   Under the device tool's 600 s a call, one step a call. On the H200 (2026-12-03, session 24;
+#   test 2026-12-04): test 299 s (four test_flashc sweeps 40-43 s each, test_fp8 108), python 175,
+#   bench 69, memcheck 134;
 #   racecheck of test_flashc --quick alone ran past 595 s (its "rows holding" run took 72), so split
 #   racecheck over calls with SANITIZE_RUNS and SANITIZE_FILTER (e.g. SANITIZE_RUNS=quick
 #   SANITIZE_FILTER="cuda bf16", then "cuda f16": every case line names backend and dtype so; then
