@@ -197,7 +197,12 @@ FLASHC_API size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_d
  *        which case the ctx uses a buffer of its own, grown on first need (one allocation per growth).
  *   stream: a cudaStream_t for CUDA (NULL = legacy default stream), ignored elsewhere.
  * @return FLASHC_OK or a negative status; on error nothing is written.
- * Note: o must not alias q, k or v. */
+ * Note: o must not alias q, k or v. On Hopper, long batch-mode rows (2048 keys and up at head_dim
+ * <= 128, 16384 at 256) split the last tiles between CTAs, so that every SM has work to the end:
+ * the workspace then holds their partial results (14-34 MB on 132 SMs), the output is bit-identical
+ * run to run on one GPU model but depends on its SM count, and the split counters live as the
+ * KV-cache's do (flashc_fwd_kvcache): in the ctx with its own workspace (one allocation and
+ * synchronisation when they first grow), else in the caller's, zeroed by each call. */
 FLASHC_API flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d,
                                     const void *q, const void *k, const void *v,
                                     void *o, float *lse,

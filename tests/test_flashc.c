@@ -235,6 +235,26 @@ static void build_cases(void) {
         add(c);
     }
 
+    // the Hopper forward's stream-K tail (sm90_fwd_piece): more work items than CTAs and not a
+    // multiple of them, so that the last rounds' tiles split between two CTAs and merge. Items: 24
+    // tiles of 128 rows (D = 128), 20 of 192 rows (D = 64), 12 causal pairs of 128-row blocks (M = 4,
+    // GQA), 20 tiles at D = 256 (GQA), 20 causal pairs at D = 64 (M = 8): all split on gpu.sh's 7-CTA
+    // run with FLASHC_CUDA_SPLIT_KEYS=0. The sixth, in the --quick subset, splits its third tile of
+    // two key blocks on the sanitizers' 3-CTA run (4 tiles: CTA runs of 2, 3 and 3 key blocks).
+    static const int SPLIT[][6] = {// B, H, H_kv, S, D, causal
+                                   {1, 3, 3, 1000, 128, 0}, {1, 5, 5, 700, 64, 0}, {2, 3, 1, 512, 128, 1},
+                                   {1, 4, 2, 600, 256, 0}, {1, 5, 5, 1000, 64, 1}};
+    for (int i = 0; i < 5; i++) {
+        tcase c = mk(SPLIT[i][0], SPLIT[i][1], SPLIT[i][2], SPLIT[i][3], SPLIT[i][3], SPLIT[i][4], DT3[1 + i % 2]);
+        c.causal = SPLIT[i][5];
+        add(c);
+    }
+    {
+        tcase c = mk(2, 2, 2, 32, 200, 32, FLASHC_DTYPE_BF16);
+        c.quick = 1;
+        add(c);
+    }
+
     // fully masked rows: causal or a right window with Sq > Sk, no keys at all, no queries at all
     static const int MASKED[][5] = {{64, 16, 1, -1, -1}, {100, 10, 0, 2, 0}, {129, 1, 1, -1, -1}, {17, 0, 0, -1, -1},
                                     {17, 0, 1, -1, -1},  {0, 17, 0, -1, -1}, {0, 17, 1, -1, -1},  {0, 0, 0, -1, -1},
