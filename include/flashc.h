@@ -166,7 +166,9 @@ FLASHC_API void flashc_fill_contiguous_strides(flashc_attn_desc *d);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Context: one per calling thread. Owns the CPU thread pool, the chosen CPU kernels, cached   */
-/* CUDA device properties, and the text of the last error.                                    */
+/* CUDA device properties, and the text of the last error. Calls given no workspace share the */
+/* ctx's own buffer: on CUDA, calls on different streams that may overlap need their own      */
+/* workspaces (or ctxs).                                                                      */
 
 typedef struct flashc_ctx flashc_ctx;
 
@@ -185,7 +187,8 @@ FLASHC_API const char   *flashc_ctx_last_error(const flashc_ctx *ctx);
 FLASHC_API flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d);
 
 /* Workspace sizes in bytes (on the ctx's device). 0 means none is needed. The sizes depend only on
- * the description and the ctx (thread count), never on tensor contents. */
+ * the description and the ctx (thread count; on CUDA the device's SM count and the FLASHC_CUDA_*
+ * switches read at its creation), never on tensor contents. */
 FLASHC_API size_t flashc_fwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d);
 FLASHC_API size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d);
 
@@ -197,12 +200,14 @@ FLASHC_API size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_d
  *        which case the ctx uses a buffer of its own, grown on first need (one allocation per growth).
  *   stream: a cudaStream_t for CUDA (NULL = legacy default stream), ignored elsewhere.
  * @return FLASHC_OK or a negative status; on error nothing is written.
- * Note: o must not alias q, k or v. On Hopper, long batch-mode rows (2048 keys and up at head_dim
- * <= 128, 16384 at 256) split the last tiles between CTAs, so that every SM has work to the end:
- * the workspace then holds their partial results (14-34 MB on 132 SMs), the output is bit-identical
- * run to run on one GPU model but depends on its SM count, and the split counters live as the
- * KV-cache's do (flashc_fwd_kvcache): in the ctx with its own workspace (one allocation and
- * synchronisation when they first grow), else in the caller's, zeroed by each call. */
+ * Note: o must not alias q, k or v. On Hopper, long batch-mode rows without a window or
+ * seqused_k (2048 keys and up at head_dim <= 128, 16384 at 256; causal with seqlen_q = seqlen_k:
+ * twice that, on the tiles that pair evenly) split the last tiles between CTAs, so that every SM
+ * has work to the end: the workspace then holds their partial results (14-36 MB on 132 SMs), the
+ * output is bit-identical run to run on one GPU model but depends on its SM count (and on
+ * FLASHC_CUDA_CTAS), and the split counters live as the KV-cache's do (flashc_fwd_kvcache): in
+ * the ctx with its own workspace (one allocation and synchronisation when they first grow), else
+ * in the caller's, zeroed by each call. */
 FLASHC_API flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d,
                                     const void *q, const void *k, const void *v,
                                     void *o, float *lse,

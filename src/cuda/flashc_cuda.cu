@@ -98,7 +98,7 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     // FLASHC_CUDA_SPLIT_KEYS=N: the forward's stream-K tail on rows of N keys and up instead of
     // flashc_cuda_fwd_split_keys' (0: wherever it applies, so that the tests reach it)
     env = getenv("FLASHC_CUDA_SPLIT_KEYS");
-    pv->split_keys = env && env[0] ? atoi(env) : -1;
+    pv->split_keys = env && env[0] >= '0' && env[0] <= '9' ? atoi(env) : -1;
     ctx->priv = pv;
     return FLASHC_OK;
 }
@@ -290,9 +290,10 @@ static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uin
 // The persistent wgmma forward's split tiles (stream-K, sm90_fwd_piece in flashc_sm90_fwd.cuh): for
 // each split (one per CTA at most) two pieces' partial O_i, m_i, l_i, fp32, D / 2 + 4 per thread of
 // each consumer warpgroup, then 4 int counters per warpgroup (one a warp). Reserved for the
-// problems the launcher may split: batch mode, no window or causal with Sq = Sk, no seqused_k, on the
-// wgmma path, rows of flashc_cuda_fwd_split_keys and up (on 132 SMs: 13.8 MB at D = 64 with 3
-// warpgroups, 17.4 MB at D = 128, 33.8 MB at D = 256). 0 where there is none.
+// problems the launcher may split: batch mode, no seqused_k, on the wgmma path, rows of
+// flashc_cuda_fwd_split_keys and up; no window, or causal with Sq = Sk on a tile whose pairs of query
+// blocks all take M + 1 key blocks (BM = BN, M even). On 132 SMs 14.5 MB at D = 64 (3 warpgroups),
+// 18.2 MB at D = 128, 35.4 MB at D = 256 (and the counters). 0 where there is none.
 static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *p, int *nwg, int *ctas) {
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int fp8 = p->dtype == FLASHC_DTYPE_E4M3;
@@ -304,7 +305,11 @@ static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *
     if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || !((p->window_left < 0 && p->window_right < 0) || causal_square) ||
         *ctas < 2 || (int64_t)p->Sk < (causal_square ? 2 : 1) * keys)
         return 0;
+    // pairs: on the tile flashc_cuda_fwd_sm90_launch picks (a row spans Sk keys here); the area: for
+    // the larger of the two tiles' warpgroups, whichever the launcher takes
     const flashc_cuda_tile a = flashc_cuda_tune_fwd_sm90(Dp, fp8, false), b = flashc_cuda_tune_fwd_sm90(Dp, fp8, true);
+    const flashc_cuda_tile t = p->Sk < flashc_cuda_fwd_sm90_short_keys(Dp, fp8, causal_square) ? b : a;
+    if (causal_square && (t.nwarps / 4 * 64 != t.bn || (p->Sq + t.bm - 1) / t.bm % 2 != 0)) return 0;
     *nwg = (a.nwarps > b.nwarps ? a.nwarps : b.nwarps) / 4;
     return (size_t)(*ctas - 1) * 2 * *nwg * 128 * (Dp / 2 + 4) * sizeof(float);
 }
