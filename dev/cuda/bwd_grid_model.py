@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""bwd_grid_model.py -- a list-scheduling model of the sm90 backward's dK / dV grid (no GPU needed).
+
+One CTA per (key block, batch, kv head), one CTA an SM, started in blockIdx order as SMs free up (the
+usual in-order dispatch; not a promise of the hardware). A CTA costs its query steps (BM = 64 rows of
+one query head each) plus FIX steps of start and epilogue; causal key block j sees (S - 128 j) / 64
+steps. Prints the makespan over the balanced bound (total / SMs) for the benchmark's shapes (hidden
+2048, B * S = 16k, D = 128: B H_kv = 16 * 16k / S):
+  heads_outer   the grid as main runs it (a head's key blocks side by side, the longest first);
+  tail-lpt      the same with the last WAVES waves' worth of heads key block outer (grid_tail_lpt);
+  non-causal    for comparison: 2048 equal CTAs on 132 SMs, 15.5 waves.
+Usage: python3 dev/cuda/bwd_grid_model.py [--sms 132] [--fix 2] [--waves 2]
+A model, not a measurement: it ignores L2 effects, the cheaper masked diagonal steps and the per-SM
+spread in speed. Session 29 wrote it to size the causal tail before any GPU run.
+"""
+import argparse
+import heapq
+
+
+def makespan(costs, sms):
+    free = [0.0] * sms
+    for c in costs:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free) / (sum(costs) / sms)
+
+
+def grid(S, BH, causal, fix, tail_ctas, BN=128, BM=64):
+    n = (S + BN - 1) // BN
+    cost = [((S - j * BN) // BM if causal else S // BM) + fix for j in range(n)]
+    k = min(BH, -(-tail_ctas // n)) if tail_ctas > 0 else 0
+    return [cost[j] for _ in range(BH - k) for j in range(n)] + [cost[j] for j in range(n) for _ in range(k)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--fix", type=float, default=2.0)
+    ap.add_argument("--waves", type=int, default=2)
+    a = ap.parse_args()
+    print(f"{'S':>6} {'B*H_kv':>7} {'heads_outer':>12} {'tail-lpt':>9} {'non-causal':>11}")
+    for S in (512, 1024, 2048, 4096, 8192, 16384):
+        BH = 16 * 16384 // S
+        print(f"{S:6d} {BH:7d} {makespan(grid(S, BH, True, a.fix, 0), a.sms):12.3f}"
+              f" {makespan(grid(S, BH, True, a.fix, a.waves * a.sms), a.sms):9.3f}"
+              f" {makespan(grid(S, BH, False, a.fix, 0), a.sms):11.3f}")
+
+
+if __name__ == "__main__":
+    main()
