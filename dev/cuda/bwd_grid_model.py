@@ -5,11 +5,13 @@ One CTA per (key block, batch, kv head), one CTA an SM, started in blockIdx orde
 usual in-order dispatch; not a promise of the hardware). A CTA costs its query steps (BM = 64 rows of
 one query head each) plus FIX steps of start and epilogue; causal key block j sees (S - 128 j) / 64
 steps. Prints the makespan over the balanced bound (total / SMs) for the benchmark's shapes (hidden
-2048, B * S = 16k, D = 128: B H_kv = 16 * 16k / S):
+2048, B * S = 16k: B H_kv = 2048 / D * 16k / S):
   heads_outer   the grid as main runs it (a head's key blocks side by side, the longest first);
   tail-lpt      the same with the last WAVES waves' worth of heads key block outer (grid_tail_lpt);
   non-causal    for comparison: 2048 equal CTAs on 132 SMs, 15.5 waves.
-Usage: python3 dev/cuda/bwd_grid_model.py [--sms 132] [--fix 2] [--waves 2]
+Usage: python3 dev/cuda/bwd_grid_model.py [--sms 132] [--fix 2] [--waves 2] [--dim 128]
+--dim 64 / 128 / 256: the kernel's key block BN and query step BM (128 / 64 at D = 128; 128 / 128
+at D = 64; 64 / 64 for D = 256's dK / dV kernel) and the heads of hidden 2048 (2048 / D).
 A model, not a measurement: it ignores L2 effects, the cheaper masked diagonal steps and the per-SM
 spread in speed. Session 29 wrote it to size the causal tail before any GPU run.
 """
@@ -36,13 +38,15 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--fix", type=float, default=2.0)
     ap.add_argument("--waves", type=int, default=2)
+    ap.add_argument("--dim", type=int, default=128, choices=(64, 128, 256))
     a = ap.parse_args()
+    BN, BM = {64: (128, 128), 128: (128, 64), 256: (64, 64)}[a.dim]
     print(f"{'S':>6} {'B*H_kv':>7} {'heads_outer':>12} {'tail-lpt':>9} {'non-causal':>11}")
     for S in (512, 1024, 2048, 4096, 8192, 16384):
-        BH = 16 * 16384 // S
-        print(f"{S:6d} {BH:7d} {makespan(grid(S, BH, True, a.fix, 0), a.sms):12.3f}"
-              f" {makespan(grid(S, BH, True, a.fix, a.waves * a.sms), a.sms):9.3f}"
-              f" {makespan(grid(S, BH, False, a.fix, 0), a.sms):11.3f}")
+        BH = 2048 // a.dim * 16384 // S
+        print(f"{S:6d} {BH:7d} {makespan(grid(S, BH, True, a.fix, 0, BN, BM), a.sms):12.3f}"
+              f" {makespan(grid(S, BH, True, a.fix, a.waves * a.sms, BN, BM), a.sms):9.3f}"
+              f" {makespan(grid(S, BH, False, a.fix, 0, BN, BM), a.sms):11.3f}")
 
 
 if __name__ == "__main__":
