@@ -2,13 +2,13 @@
 """bwd_grid_model.py -- a list-scheduling model of the sm90 backward's dK / dV grid (no GPU needed).
 
 One CTA per (key block, batch, kv head), one CTA an SM, started in blockIdx order as SMs free up (the
-usual in-order dispatch; not a promise of the hardware). A CTA costs its query steps (BM = 64 rows of
-one query head each) plus FIX steps of start and epilogue; causal key block j sees (S - 128 j) / 64
+usual in-order dispatch; not a promise of the hardware). A CTA costs its query steps (BM rows of one
+query head each) plus FIX steps of start and epilogue; causal key block j sees (S - BN j) / BM
 steps. Prints the makespan over the balanced bound (total / SMs) for the benchmark's shapes (hidden
 2048, B * S = 16k: B H_kv = 2048 / D * 16k / S):
   heads_outer   the grid as main runs it (a head's key blocks side by side, the longest first);
   tail-lpt      the same with the last WAVES waves' worth of heads key block outer (grid_tail_lpt);
-  non-causal    for comparison: 2048 equal CTAs on 132 SMs, 15.5 waves.
+  non-causal    for comparison: equal CTAs (2048 at D = 128 and 256, 15.5 waves of 132).
 Usage: python3 dev/cuda/bwd_grid_model.py [--sms 132] [--fix 2] [--waves 2] [--dim 128]
 --dim 64 / 128 / 256: the kernel's key block BN and query step BM (128 / 64 at D = 128; 128 / 128
 at D = 64; 64 / 64 for D = 256's dK / dV kernel) and the heads of hidden 2048 (2048 / D).
