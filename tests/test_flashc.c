@@ -255,6 +255,16 @@ static void build_cases(void) {
         add(c);
     }
 
+    // the Hopper backward's causal tail (grid_tail_lpt): heads outer, then the last heads block
+    // outer. The default grid takes these small grids block outer whole; gpu.sh's 7-CTA run reaches
+    // the mixed order: 8 (batch, kv head)s of 2 key blocks (3 at D = 256) plan a tail of 7 heads (5),
+    // and the deterministic dQ kernel's 16 heads of 3 query blocks one of 5. Each in both modes.
+    for (int i = 0; i < 6; i++) {
+        tcase c = mk(2, 8, 4, 190, 190, 64 << (i / 2), DT3[1 + i % 2]);
+        c.causal = 1;
+        add(c);
+    }
+
     // fully masked rows: causal or a right window with Sq > Sk, no keys at all, no queries at all
     static const int MASKED[][5] = {{64, 16, 1, -1, -1}, {100, 10, 0, 2, 0}, {129, 1, 1, -1, -1}, {17, 0, 0, -1, -1},
                                     {17, 0, 1, -1, -1},  {0, 17, 0, -1, -1}, {0, 17, 1, -1, -1},  {0, 0, 0, -1, -1},

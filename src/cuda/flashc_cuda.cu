@@ -26,7 +26,7 @@ typedef struct flashc_cuda_priv {
     int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
     int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force the forward's lockstep / ping-pong / TMA loop,
                       // 1 or 2 / 3 / 4 the backward's cp.async / TMA 2-stage / 3-stage mode (0: tuned)
-    int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs
+    int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs (grid_sms)
     int split_keys;   // FLASHC_CUDA_SPLIT_KEYS = N >= 0: split tiles of N keys and up (-1: the table's)
     int *dec_counters;      // the decode's split counters with the ctx's own workspace: zero between calls
     size_t dec_counters_n;
@@ -92,7 +92,8 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     pv->sm90 = pv->cc_major == 9 && pv->cc_minor == 0 && !(env && env[0] == '0');
     pv->sm90_pp = env && env[0] >= '1' && env[0] <= '4' ? env[0] - '0' : 0;
     // FLASHC_CUDA_CTAS=N: a smaller persistent grid, so that the tests run many tiles per CTA (and
-    // the paired tile order of flashc_sm90_fwd.cuh) on their small problems.
+    // the paired tile order of flashc_sm90_fwd.cuh) on their small problems; the backward's causal
+    // tail (bwd_lpt_sms) is planned for N SMs too, so that they reach its mixed grid order.
     env = getenv("FLASHC_CUDA_CTAS");
     pv->max_ctas = env ? atoi(env) : 0;
     // FLASHC_CUDA_SPLIT_KEYS=N: the forward's stream-K tail on rows of N keys and up instead of
@@ -287,6 +288,12 @@ static int64_t fp8_vt_cols(const flashc_problem *p) {
 #define WS_TMA_SLACK 128
 static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uintptr_t)127); }
 
+// The SMs a grid plans for: every one, or FLASHC_CUDA_CTAS = N of them (the tests' small grids:
+// the persistent forward's CTAs and split tiles, the backward's causal tail).
+static int grid_sms(const flashc_cuda_priv *pv) {
+    return pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
+}
+
 // The persistent wgmma forward's split tiles (stream-K, sm90_fwd_piece in flashc_sm90_fwd.cuh): for
 // each split (one per CTA at most) two pieces' partial O_i, m_i, l_i, fp32, D / 2 + 4 per thread of
 // each consumer warpgroup, then 4 int counters per warpgroup (one a warp). Reserved for the
@@ -297,7 +304,7 @@ static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uin
 static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *p, int *nwg, int *ctas) {
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int fp8 = p->dtype == FLASHC_DTYPE_E4M3;
-    *ctas = pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
+    *ctas = grid_sms(pv);
     *nwg = 0;
     const int causal_square = p->window_left < 0 && p->window_right == 0 && p->Sq == p->Sk; // (pairs)
     const int Dp = fp8 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
@@ -392,7 +399,7 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     const int Dp = p->dtype == FLASHC_DTYPE_E4M3 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
     const int sm90 = p->dtype == FLASHC_DTYPE_E4M3 || (pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin);
     P.sm90_pp = pv->sm90_pp;
-    P.ctas = pv->max_ctas > 0 && pv->max_ctas < pv->sm_count ? pv->max_ctas : pv->sm_count;
+    P.ctas = grid_sms(pv);
     FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
     if (p->varlen && p->cu_q_host[0] > 0)
         FLASHC_CUDA_TRY(ctx, zero_rows(a->o, p->o_stride, p->cu_q_host[0], p->H, p->D, a->lse, p->total_q, stream));
@@ -437,6 +444,14 @@ static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     return total;
 }
 
+// The sm90 backward grids' causal tail (grid_tail_lpt), planned for the SMs that run the grid.
+// Causal batch problems only (a window's lists are not ordered by length, a varlen grid's heads are
+// not of one length); 0 elsewhere.
+static int bwd_lpt_sms(const flashc_ctx *ctx, const flashc_problem *p) {
+    if (!(p->window_left < 0 && p->window_right == 0) || p->varlen) return 0;
+    return grid_sms((const flashc_cuda_priv *)ctx->priv);
+}
+
 static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a) {
     flashc_status st = smem_fits(ctx, p->D, bwd_smem(padded_head_dim(p->D)), "backward");
     if (st != FLASHC_OK) return st;
@@ -472,6 +487,7 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.dq_acc = acc ? (float *)ws_tma_base((char *)a->ws + oq) : NULL;
     P.deterministic = !acc; // (the sm90 D = 256 kernels need no flag: they add no atomics in either mode)
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
+    P.lpt_sms = bwd_lpt_sms(ctx, p);
     cudaStream_t stream = (cudaStream_t)a->stream;
     // Hopper: the wgmma kernels with 16-byte aligned tensors (they load only by 16-byte cp.async
     // and TMA); their deterministic mode runs a dQ kernel that adds no atomics. Everything else the

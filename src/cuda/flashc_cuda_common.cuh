@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "flashc_internal.h"
+#include "flashc_cuda_tune.h"
 
 #define FLASHC_LOG2E 1.4426950408889634f
 #define FLASHC_LN2 0.6931471805599453f
@@ -127,6 +128,7 @@ typedef struct flashc_bwd_params {
     int D_pad;                      // the kernels' template D: row length of dq_acc
     int deterministic;              // 1: dQ by its own kernel (no atomics), bit-identical runs
     int sm90_loop;                  // sm90 kernel (FLASHC_CUDA_SM90): 0 tuned, 1 / 2 cp.async, 3 / 4 TMA, 2 / 3 stages
+    int lpt_sms;                    // sm90 grids, causal: the SMs grid_tail_lpt plans the tail for (0: none)
 } flashc_bwd_params;
 
 #define FLASHC_WS_PAD 128           // >= every BM in the tuning table
@@ -209,6 +211,27 @@ static __device__ __forceinline__ void key_blocks_of_rows(const flashc_cuda_attn
     *full_hi = key_hi(a, m0, s.sq, s.sk);
 }
 
+// A grid of BH heads (or (batch, head)s) x n blocks, CTA x taking block *blk of head *bh: heads
+// outer, so that a head's blocks run side by side and share its operands in L2. Where a causal mask
+// makes block 0's list the longest (the backward's key blocks, the dQ kernel's query blocks taken
+// last first) such a grid ends on the last heads' long blocks, started late (a list-scheduling model,
+// dev/cuda/bwd_grid_model.py: 5-7% over the balanced bound at S = 1k-8k). sms > 0 (the grid runs one
+// CTA an SM on sms SMs) and a wave of flashc_cuda_bwd_lpt_min_heads heads or more: the last heads
+// covering flashc_cuda_bwd_lpt_waves waves take their blocks block outer instead, so that the longest
+// start first, as in LPT scheduling. Measured in flashc_cuda_tune.h.
+static __device__ __forceinline__ void grid_tail_lpt(int x, int n, int BH, int sms, int *bh, int *blk) {
+    *bh = x / n;
+    *blk = x - *bh * n;
+    if (sms > 0 && flashc_cuda_bwd_lpt_min_heads * n <= sms) {
+        const int k = min(BH, (flashc_cuda_bwd_lpt_waves * sms + n - 1) / n), bh0 = BH - k; // the tail's heads
+        if (*bh >= bh0) {
+            const int q = x - bh0 * n;
+            *blk = q / k;
+            *bh = bh0 + (q - *blk * k);
+        }
+    }
+}
+
 // The backward's grid: CTA blockIdx.x takes key block *n_block of kv head *h_kv of sequence *b.
 // By default the (batch, kv head)s of one key block are neighbours, so they run at the same time;
 // with heads_outer the key blocks of one (batch, kv head) are, so its Q_i, dO_i stream from L2 to
@@ -219,14 +242,13 @@ static __device__ __forceinline__ void key_blocks_of_rows(const flashc_cuda_attn
 // Q_i / dO_i and add into dq_acc from HBM) and heads_outer ran D = 128 1.20-1.38x at S = 512-4096
 // non-causal (1.01 at 16k), D = 64 1.00-1.06x: the sm90 D <= 128 kernel uses it too. Rotating
 // each CTA's query blocks (so that a head's CTAs add to different rows) was 1-2% slower still.
+// heads_outer: with the causal tail of grid_tail_lpt (lpt_sms).
 static __device__ __forceinline__ void bwd_key_block_of_cta(const flashc_cuda_attn &a, int *n_block, int *b, int *h_kv,
-                                                            bool heads_outer = false) {
+                                                            bool heads_outer = false, int lpt_sms = 0) {
     const int BHk = a.B * a.H_kv;
     int bh;
     if (heads_outer) {
-        const int n_kb = (int)(gridDim.x / BHk);
-        bh = (int)(blockIdx.x / n_kb);
-        *n_block = (int)(blockIdx.x % n_kb);
+        grid_tail_lpt((int)blockIdx.x, (int)(gridDim.x / BHk), BHk, lpt_sms, &bh, n_block);
     } else {
         bh = (int)(blockIdx.x % BHk);
         *n_block = (int)(blockIdx.x / BHk);

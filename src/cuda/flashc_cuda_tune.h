@@ -145,6 +145,16 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_bwd(int D) {
 // whole backward takes 1.14x (D = 256) to 1.26x (D = 64) the time of the atomic one.
 static constexpr flashc_cuda_tile flashc_cuda_tune_bwd_dq(int) { return flashc_cuda_tile{64, 64, 4, 2, 0, 0, 0}; }
 
+// The sm90 backward grids' causal tail (grid_tail_lpt): the last this many waves of CTAs (one an
+// SM) start their longest blocks first, on grids where a wave holds min_heads heads or more. H200,
+// against heads outer throughout, one process (bench/results/h200-2026-12-04-s30.txt):
+// causal 1.01-1.05x where a head has 8-64 key blocks (call 3, atomic dQ: D = 64 1.01-1.02x at
+// S = 1k-8k, D = 128 1.03-1.05x at 1k-8k, D = 256 1.04-1.05x at 1k-4k; deterministic: D = 64
+// 1.00x, D = 128 / 256 1.03-1.05x); ungated, 0.98-1.00x where it has 128 or more (S = 16k, D = 256
+// at 8k; calls 1-2), where the model gains < 0.5%: off there.
+static constexpr int flashc_cuda_bwd_lpt_waves = 2;
+static constexpr int flashc_cuda_bwd_lpt_min_heads = 2;
+
 // Dynamic shared memory (bytes) of each kernel; rows are padded to D + 8 elements.
 static constexpr int flashc_cuda_fwd_smem(int D) {
     return (flashc_cuda_tune_fwd(D).bm + 2 * flashc_cuda_tune_fwd(D).stages * flashc_cuda_tune_fwd(D).bn) * (D + 8) * 2;
