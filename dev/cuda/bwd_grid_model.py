@@ -6,14 +6,17 @@ usual in-order dispatch; not a promise of the hardware). A CTA costs its query s
 query head each) plus FIX steps of start and epilogue; causal key block j sees (S - BN j) / BM
 steps. Prints the makespan over the balanced bound (total / SMs) for the benchmark's shapes (hidden
 2048, B * S = 16k: B H_kv = 2048 / D * 16k / S):
-  heads_outer   the grid as main runs it (a head's key blocks side by side, the longest first);
-  tail-lpt      the same with the last WAVES waves' worth of heads key block outer (grid_tail_lpt);
+  heads_outer   a head's key blocks side by side, the longest first (main before session 30);
+  tail-lpt      the same with the last WAVES waves' worth of heads key block outer (grid_tail_lpt,
+                as main runs it where a wave holds 2 heads or more: the gate is not modelled);
   non-causal    for comparison: equal CTAs (2048 at D = 128 and 256, 15.5 waves of 132).
 Usage: python3 dev/cuda/bwd_grid_model.py [--sms 132] [--fix 2] [--waves 2] [--dim 128]
 --dim 64 / 128 / 256: the kernel's key block BN and query step BM (128 / 64 at D = 128; 128 / 128
 at D = 64; 64 / 64 for D = 256's dK / dV kernel) and the heads of hidden 2048 (2048 / D).
 A model, not a measurement: it ignores L2 effects, the cheaper masked diagonal steps and the per-SM
-spread in speed. Session 29 wrote it to size the causal tail before any GPU run.
+spread in speed. Session 29 wrote it to size the causal tail before any GPU run; session 30
+measured the tail 1.01-1.05x at S = 1k-8k, 0.98-1.00x ungated at 16k
+(bench/results/h200-2026-12-04-s30.txt).
 """
 import argparse
 import heapq
