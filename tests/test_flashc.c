@@ -258,7 +258,8 @@ static void build_cases(void) {
     // the Hopper backward's causal tail (grid_tail_lpt): heads outer, then the last heads block
     // outer. The default grid takes these small grids block outer whole; gpu.sh's 7-CTA run reaches
     // the mixed order: 8 (batch, kv head)s of 2 key blocks (3 at D = 256) plan a tail of 7 heads (5),
-    // and the deterministic dQ kernel's 16 heads of 3 query blocks one of 5. Each in both modes.
+    // and the dQ kernel's (the deterministic mode; both at D = 256) 16 heads of 3 query blocks one of
+    // 5. Each D in both modes. (The 3-CTA run plans no tail: a wave of 3 holds 2 heads of 1 block.)
     for (int i = 0; i < 6; i++) {
         tcase c = mk(2, 8, 4, 190, 190, 64 << (i / 2), DT3[1 + i % 2]);
         c.causal = 1;

@@ -26,7 +26,7 @@ typedef struct flashc_cuda_priv {
     int sm90;         // compute capability 9.0 and FLASHC_CUDA_SM90 not "0": the wgmma forward runs
     int sm90_pp;      // FLASHC_CUDA_SM90 = 1 / 2 / 3: force the forward's lockstep / ping-pong / TMA loop,
                       // 1 or 2 / 3 / 4 the backward's cp.async / TMA 2-stage / 3-stage mode (0: tuned)
-    int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs (grid_sms)
+    int max_ctas;     // FLASHC_CUDA_CTAS = N > 0: the persistent forward's grid is at most N CTAs (grid_sms: what the grids plan for)
     int split_keys;   // FLASHC_CUDA_SPLIT_KEYS = N >= 0: split tiles of N keys and up (-1: the table's)
     int *dec_counters;      // the decode's split counters with the ctx's own workspace: zero between calls
     size_t dec_counters_n;

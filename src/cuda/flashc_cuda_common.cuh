@@ -215,10 +215,11 @@ static __device__ __forceinline__ void key_blocks_of_rows(const flashc_cuda_attn
 // outer, so that a head's blocks run side by side and share its operands in L2. Where a causal mask
 // makes block 0's list the longest (the backward's key blocks, the dQ kernel's query blocks taken
 // last first) such a grid ends on the last heads' long blocks, started late (a list-scheduling model,
-// dev/cuda/bwd_grid_model.py: 5-7% over the balanced bound at S = 1k-8k). sms > 0 (the grid runs one
-// CTA an SM on sms SMs) and a wave of flashc_cuda_bwd_lpt_min_heads heads or more: the last heads
-// covering flashc_cuda_bwd_lpt_waves waves take their blocks block outer instead, so that the longest
-// start first, as in LPT scheduling. Measured in flashc_cuda_tune.h.
+// dev/cuda/bwd_grid_model.py: 5-7% over the balanced bound at D = 128, S = 1k-8k). sms > 0 (the grid
+// planned as one CTA an SM on sms SMs: every SM, or FLASHC_CUDA_CTAS's in the tests) and a wave of
+// flashc_cuda_bwd_lpt_min_heads heads or more: the last heads covering flashc_cuda_bwd_lpt_waves
+// waves take their blocks block outer instead, so that the longest start first, as in LPT
+// scheduling. Measured in flashc_cuda_tune.h.
 static __device__ __forceinline__ void grid_tail_lpt(int x, int n, int BH, int sms, int *bh, int *blk) {
     *bh = x / n;
     *blk = x - *bh * n;

@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 
     // --- which (key block, batch, kv head), and the query rows that see some of its keys ---------
     int n_block, b, h_kv;
-    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv, true, p.lpt_sms); // a head's key blocks side by side: see there
+    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv, true, p.lpt_sms); // heads outer (causal: the tail aside): see there
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int n0 = n_block * BN;
     if (n0 >= s.sk_len) return;
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(384, 1)
     char *sbase = (char *)flashc_smem + (base - raw);
 
     // --- which (query block, batch, head): the query blocks of one head are neighbours (K, V stay
-    //     in L2), the longest first (causal), and so the causal tail (grid_tail_lpt) -------------
+    //     in L2), the longest first (causal); a causal grid's last heads block outer (grid_tail_lpt)
     const int n_mblocks = (p.a.Sq + BM - 1) / BM;
     int bh, m_last;
     grid_tail_lpt((int)blockIdx.x, n_mblocks, p.a.B * p.a.H, p.lpt_sms, &bh, &m_last);
