@@ -288,6 +288,10 @@ static int64_t fp8_vt_cols(const flashc_problem *p) {
 #define WS_TMA_SLACK 128
 static void *ws_tma_base(void *p) { return (void *)(((uintptr_t)p + 127) & ~(uintptr_t)127); }
 
+// The mask is causal alone: every query sees the keys up to its own, no left bound (the problem's
+// window form, whether the user asked for causal or for that window).
+static int causal_mask(const flashc_problem *p) { return p->window_left < 0 && p->window_right == 0; }
+
 // The SMs a grid plans for: every one, or FLASHC_CUDA_CTAS = N of them (the tests' small grids:
 // the persistent forward's CTAs and split tiles, the backward's causal tail).
 static int grid_sms(const flashc_cuda_priv *pv) {
@@ -306,7 +310,7 @@ static size_t fwd_split_part_bytes(const flashc_ctx *ctx, const flashc_problem *
     const int fp8 = p->dtype == FLASHC_DTYPE_E4M3;
     *ctas = grid_sms(pv);
     *nwg = 0;
-    const int causal_square = p->window_left < 0 && p->window_right == 0 && p->Sq == p->Sk; // (pairs)
+    const int causal_square = causal_mask(p) && p->Sq == p->Sk; // (pairs)
     const int Dp = fp8 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
     const int64_t keys = pv->split_keys >= 0 ? pv->split_keys : flashc_cuda_fwd_split_keys(Dp);
     if (!(fp8 || pv->sm90) || p->varlen || p->seqused_k || !((p->window_left < 0 && p->window_right < 0) || causal_square) ||
@@ -448,7 +452,7 @@ static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
 // Causal batch problems only (a window's lists are not ordered by length, a varlen grid's heads are
 // not of one length); 0 elsewhere.
 static int bwd_lpt_sms(const flashc_ctx *ctx, const flashc_problem *p) {
-    if (!(p->window_left < 0 && p->window_right == 0) || p->varlen) return 0;
+    if (!causal_mask(p) || p->varlen) return 0;
     return grid_sms((const flashc_cuda_priv *)ctx->priv);
 }
 
