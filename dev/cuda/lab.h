@@ -1,10 +1,12 @@
 // lab.h -- what the stand-alone lab programs in dev/cuda share: CK, a CUDA call that exits on error
-// (these are programs, not the library, which returns a status instead), and lab_fill.
+// (these are programs, not the library, which returns a status instead), lab_fill and lab_median_ms.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <algorithm>
+#include <vector>
 
 #define CK(...)                                                                                           \
     do {                                                                                                  \
@@ -24,4 +26,29 @@ __global__ void lab_fill(__nv_bfloat16 *x, size_t n, uint32_t seed, float amp) {
         h ^= h >> 13;
         x[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f * 2.f - 1.f) * amp);
     }
+}
+
+// The median time of 15 launches (ms, by events), after one launch to warm up.
+template <typename F>
+static double lab_median_ms(F launch) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    launch();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < 15; i++) {
+        CK(cudaEventRecord(a));
+        launch();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
 }

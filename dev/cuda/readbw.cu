@@ -200,24 +200,7 @@ __global__ void kv_bulkdec_kernel(const char *k, const char *v, int S, unsigned 
 
 template <typename F>
 static double gbps(size_t bytes, F launch) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    launch();
-    CK(cudaDeviceSynchronize());
-    std::vector<float> t;
-    for (int i = 0; i < 15; i++) {
-        CK(cudaEventRecord(a));
-        launch();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    CK(cudaGetLastError());
-    std::sort(t.begin(), t.end());
-    return bytes / (t[t.size() / 2] * 1e-3) / 1e9;
+    return bytes / (lab_median_ms(launch) * 1e-3) / 1e9;
 }
 
 int main() {
