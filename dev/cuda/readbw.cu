@@ -20,8 +20,6 @@
 // Results of the H200 runs: bench/results/h200-2026-12-01-s6-decode-ab.txt.
 #include <stdio.h>
 #include <stdlib.h>
-#include <algorithm>
-#include <vector>
 
 #include "cuda/flashc_sm90.cuh"
 #include "lab.h"
