@@ -58,16 +58,20 @@ def make_desc(dtype, batch, sq, sk, h, hkv, d, qs, ks, vs, os_, scale, softcap, 
     return desc
 
 
-def geometry(qshape, kshape, vshape, varlen, cu_len_q, cu_len_k):
+def geometry(qshape, kshape, vshape, varlen, cu_len_q, cu_len_k, bt_shape=None):
     """(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim) from the shapes, or ValueError.
 
     Only what C cannot see is checked here: C gets one seqlen_k and one head_dim for k and v, so
-    their shapes must agree, and a rank the layout does not have must not reach it.
+    their shapes must agree, and a rank the layout does not have must not reach it. With a block
+    table (bt_shape, (batch, max_pages)) k and v are page pools (num_pages, page_size, H_kv, D) and
+    a batch-mode seqlen_k is max_pages * page_size. seqlen_q and seqlen_k are None in varlen mode.
     """
-    rank = 3 if varlen else 4
+    paged = bt_shape is not None
     for name, s in (("q", qshape), ("k", kshape), ("v", vshape)):
-        if len(s) != rank:
-            layout = "(total, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)"
+        pool = paged and name != "q"
+        if len(s) != (3 if varlen and not pool else 4):
+            layout = ("a page pool (num_pages, page_size, heads_kv, head_dim)" if pool else
+                      "(total, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)")
             raise ValueError(f"flashc: {name} has shape {tuple(s)}: expected {layout}")
     if tuple(kshape) != tuple(vshape):
         raise ValueError(f"flashc: k has shape {tuple(kshape)} but v has {tuple(vshape)}: they must match")
@@ -77,10 +81,16 @@ def geometry(qshape, kshape, vshape, varlen, cu_len_q, cu_len_k):
         if cu_len_q != cu_len_k:
             raise ValueError(f"flashc: cu_seqlens_q has {cu_len_q} entries and cu_seqlens_k {cu_len_k}: "
                              "both must be batch + 1")
-        return cu_len_q - 1, None, None, qshape[1], kshape[1], qshape[2]
-    if qshape[0] != kshape[0]:
-        raise ValueError(f"flashc: q has batch {qshape[0]} but k and v have {kshape[0]}")
-    return qshape[0], qshape[1], kshape[1], qshape[2], kshape[2], qshape[3]
+        b, sq, sk = cu_len_q - 1, None, None
+    else:
+        if not paged and qshape[0] != kshape[0]:
+            raise ValueError(f"flashc: q has batch {qshape[0]} but k and v have {kshape[0]}")
+        b, sq, sk = qshape[0], qshape[1], kshape[1]
+    if paged:
+        if len(bt_shape) != 2 or bt_shape[0] != b:
+            raise ValueError(f"flashc: block_table has shape {tuple(bt_shape)}: expected (batch = {b}, max_pages)")
+        sk = None if varlen else bt_shape[1] * kshape[1]
+    return b, sq, sk, qshape[-2], kshape[-2], qshape[-1]
 
 
 def desc_strides(st, varlen):
@@ -146,7 +156,8 @@ def _np_max_len(cu):
     return int(np.max(cu[1:] - cu[:-1])) if cu.shape[0] > 1 else 0
 
 
-def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k):
+def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+               block_table=None):
     """Everything both directions need: converted arrays, pointers, geometry, desc arguments."""
     q, qp, qs = _np_in(q, "q")
     k, kp, ks = _np_in(k, "k")
@@ -157,22 +168,28 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"flashc: q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    extra = [None, None, None, None]  # arrays to keep alive until C returns
+    extra = [None, None, None, None, None]  # arrays to keep alive until C returns
     cu_qp = cu_kp = usedp = alp = albs = 0
+    bt, paged = None, (0, 0, 0, 0)
+    if block_table is not None:
+        bt, btp = _np_i32(block_table)
+        extra[4] = bt
+        paged = (btp, bt.shape[1] if bt.ndim == 2 else 0, k.shape[1] if k.ndim == 4 else 0, k.shape[0])
+    bt_shape = bt.shape if bt is not None else None
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
             raise ValueError("flashc: cu_seqlens_q and cu_seqlens_k must be given together")
         (cu_q, cu_qp), (cu_k, cu_kp) = _np_i32(cu_seqlens_q), _np_i32(cu_seqlens_k)
         extra[0], extra[1] = cu_q, cu_k
-        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0])
+        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0], bt_shape)
         check_1d("cu_seqlens_q", cu_q.shape, b + 1, True)
         check_1d("cu_seqlens_k", cu_k.shape, b + 1, True)
         sq = _np_max_len(cu_q) if max_seqlen_q is None else int(max_seqlen_q)
         sk = _np_max_len(cu_k) if max_seqlen_k is None else int(max_seqlen_k)
-        qs, ks, vs = (0, qs[0], qs[1]), (0, ks[0], ks[1]), (0, vs[0], vs[1])
     else:
-        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, False, 0, 0)
-        qs, ks, vs = qs[:3], ks[:3], vs[:3]
+        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, False, 0, 0, bt_shape)
+    kv_rows = varlen and bt is None  # k, v (total_k, H_kv, D); a page pool is (page, row, head) like batch mode
+    qs, ks, vs = desc_strides(qs, varlen), desc_strides(ks, kv_rows), desc_strides(vs, kv_rows)
     if seqused_k is not None:
         used, usedp = _np_i32(seqused_k)
         check_1d("seqused_k", used.shape, b, True)
@@ -182,13 +199,14 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         check_alibi(al.shape, b, h, al.dtype == _F32)
         alp = _np_ptr(al)
         albs = al.strides[0] // 4 if al.ndim == 2 and al.shape[0] > 1 else 0
-    return q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, extra
+    return q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, extra, paged
 
 
 def _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-            max_seqlen_k, seqused_k, return_lse):
+            max_seqlen_k, seqused_k, return_lse, block_table=None):
     (q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs,
-     _keep) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+     _keep, paged) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                seqused_k, block_table)
     # e4m3 inputs (CUDA only, so never here in practice) would give a bf16 out
     out = np.empty(q.shape, _ml.bfloat16 if dt == _lib.DTYPE_E4M3 else q.dtype)
     lse = np.empty((h, q.shape[0]) if varlen else (b, h, sq), _F32)
@@ -199,7 +217,7 @@ def _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q,
     it = out.itemsize
     os_ = (0, st[0] // it, st[1] // it) if varlen else (st[0] // it, st[1] // it, st[2] // it)
     desc = make_desc(dt, b, sq, sk, h, hkv, d, qs, ks, vs, os_, scale, softcap, causal, window[0], window[1],
-                     alp, albs, cu_qp, cu_kp, usedp)
+                     alp, albs, cu_qp, cu_kp, usedp, paged=paged)
     ctx = _lib.get_ctx(_lib.BACKEND_CPU)
     status = _lib.fwd(ctx, desc, qp, kp, vp, _np_ptr(out), _np_ptr(lse), None, 0, None)
     if status:
@@ -210,7 +228,8 @@ def _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q,
 def _np_bwd(dout, q, k, v, out, lse, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
             max_seqlen_q, max_seqlen_k, seqused_k, deterministic):
     (q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs,
-     _keep) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+     _keep, _paged) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 seqused_k)
     out, op, os_ = _np_in(out, "out")
     dout, dop, dos = _np_in(dout, "dout")
     for name, a in (("out", out), ("dout", dout)):
@@ -284,7 +303,7 @@ def _torch_module():
 
 def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1), alibi_slopes=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
-              deterministic=False, return_lse=False, descale=None):
+              deterministic=False, return_lse=False, descale=None, block_table=None):
     """Exact attention by the FlashAttention-2 algorithm (DESIGN.md section 1 semantics).
 
     q (B, Sq, H, D), k and v (B, Sk, H_kv, D) -- or, with cu_seqlens_q/k, q (total_q, H, D) and k, v
@@ -301,6 +320,10 @@ def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1)
     cu_seqlens_q/k int32 (B + 1,) offsets (varlen); max_seqlen_q/k their largest lengths (computed
                    when None, which synchronises a CUDA stream)
     seqused_k      int32 (B,): sequence b uses only its first seqused_k[b] keys
+    block_table    int32 (B, max_pages): paged K/V (forward only), k and v page pools (num_pages,
+                   page_size, H_kv, D) of any page_size >= 1; key j of sequence b is row
+                   j % page_size of page block_table[b, j // page_size]. Its key count is
+                   max_pages * page_size in batch mode, else its cu_seqlens_k length; seqused_k caps it
     deterministic  bit-identical gradients run to run (read by the backward)
     return_lse     also return lse, fp32 natural log, (B, H, Sq) or (H, total_q); +inf for rows
                    that see no key (their output is 0)
@@ -313,24 +336,24 @@ def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1)
     """
     if type(q) is np.ndarray:
         return _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                       max_seqlen_q, max_seqlen_k, seqused_k, return_lse)
+                       max_seqlen_q, max_seqlen_k, seqused_k, return_lse, block_table)
     tm = _torch_mod
     kind = "torch" if tm is not None and isinstance(q, tm.Tensor) else _kind(q)
     if kind == "torch":
         return _torch_module().attention(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q,
                                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, deterministic, return_lse,
-                                         descale=descale)
+                                         descale=descale, block_table=block_table)
     if descale is not None:
         raise ValueError("flashc: descale applies to torch float8_e4m3fn tensors only")
     if kind == "dlpack":
-        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k = _from_dlpack(
-            (q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k))
+        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table = _from_dlpack(
+            (q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table))
         return attention(q, k, v, causal=causal, scale=scale, softcap=softcap, window=window,
                          alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
-                         deterministic=deterministic, return_lse=return_lse)
+                         deterministic=deterministic, return_lse=return_lse, block_table=block_table)
     return _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                   max_seqlen_q, max_seqlen_k, seqused_k, return_lse)
+                   max_seqlen_q, max_seqlen_k, seqused_k, return_lse, block_table)
 
 
 def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, softcap=0.0, window=(-1, -1),

@@ -122,8 +122,9 @@ def _alibi(slopes, q, b, h):
     return al, al.data_ptr(), al.stride(0) if al.dim() == 2 and al.shape[0] > 1 else 0
 
 
-def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k):
-    """Checks C cannot make (shapes it does not see, dtypes, devices) and the desc's arguments."""
+def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table=None):
+    """Checks C cannot make (shapes it does not see, dtypes, devices) and the desc's arguments;
+    paged = (block_table, its row stride, page_size, num_pages) or zeros."""
     dt = _DTYPES.get(q.dtype)
     if dt is None:
         raise ValueError(f"flashc: q.dtype = {q.dtype}: flashc takes float32, float16 and bfloat16 tensors")
@@ -135,17 +136,23 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k):
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     cu_qp = cu_kp = usedp = alp = albs = 0
     keep = None
+    bt, paged = None, (0, 0, 0, 0)
+    if block_table is not None:
+        bt = _i32(block_table, "block_table", q)
+        paged = (bt.data_ptr(), bt.shape[-1], k.shape[1] if k.dim() == 4 else 0, k.shape[0])
+        keep = [bt]
+    bt_shape = bt.shape if bt is not None else None
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
             raise ValueError("flashc: cu_seqlens_q and cu_seqlens_k must be given together")
         cu_q, cu_k = _i32(cu_seqlens_q, "cu_seqlens_q", q), _i32(cu_seqlens_k, "cu_seqlens_k", q)
-        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0])
+        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0], bt_shape)
         check_1d("cu_seqlens_q", cu_q.shape, b + 1, True)
         check_1d("cu_seqlens_k", cu_k.shape, b + 1, True)
         cu_qp, cu_kp = cu_q.data_ptr(), cu_k.data_ptr()
-        keep = [cu_q, cu_k]
+        keep = (keep or []) + [cu_q, cu_k]
     else:
-        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, False, 0, 0)
+        b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, False, 0, 0, bt_shape)
     if seqused_k is not None:
         used = _i32(seqused_k, "seqused_k", q)
         check_1d("seqused_k", used.shape, b, True)
@@ -154,7 +161,7 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k):
     if alibi_slopes is not None:
         al, alp, albs = _alibi(alibi_slopes, q, b, h)
         keep = (keep or []) + [al]
-    return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep
+    return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep, paged
 
 
 def _st(t, varlen):
@@ -167,21 +174,22 @@ def _out_dtype(dtype):
 
 
 def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
-             causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0):
+             causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0, block_table=None):
     """(out, lse) for torch tensors: out contiguous like q, lse fp32 (B, H, Sq) or (H, total_q)."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = _last_contig(q), _last_contig(k), _last_contig(v)
-    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep = _common(
-        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
+    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep, paged = _common(
+        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table)
     dev = q.device
-    qs, ks, vs = q.stride(), k.stride(), v.stride()
+    kv_rows = varlen and block_table is None  # k, v (total_k, H_kv, D); a page pool is 4-D like batch mode
+    qs, ks, vs = _st(q, varlen), _st(k, kv_rows), _st(v, kv_rows)
     # empty_like / new_empty: half the Python cost of torch.empty(shape, dtype=, device=) (~1.5 us)
     if varlen:
         sq, sk = max_seqlen_q, max_seqlen_k
-        qs, ks, vs, out_st = (0, qs[0], qs[1]), (0, ks[0], ks[1]), (0, vs[0], vs[1]), (0, h * d, d)
+        out_st = (0, h * d, d)
         lse = q.new_empty((h, q.shape[0]), dtype=torch.float32)
     else:
-        qs, ks, vs, out_st = qs[:3], ks[:3], vs[:3], (sq * h * d, h * d, d)
+        out_st = (sq * h * d, h * d, d)
         lse = q.new_empty((b, h, sq), dtype=torch.float32)
     # e4m3 q, k, v (forward only; true inputs = values x descales) give a bf16 out
     out = torch.empty_like(q, memory_format=_CONTIGUOUS, dtype=_out_dtype(q.dtype))
@@ -189,7 +197,7 @@ def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_s
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
     desc = make_desc(dt, b, sq, sk, h, hkv, d, qs, ks, vs, out_st, scale, softcap, causal, window_left, window_right,
-                     alp, albs, cu_qp, cu_kp, usedp)
+                     alp, albs, cu_qp, cu_kp, usedp, paged=paged)
     if descale_q != 1.0 or descale_k != 1.0 or descale_v != 1.0:  # (0 in the desc also means 1)
         desc.q_descale, desc.k_descale, desc.v_descale = descale_q, descale_k, descale_v
     ptrs = (q.data_ptr() or _E[0], k.data_ptr() or _E[1], v.data_ptr() or _E[2], out.data_ptr() or _E[3],
@@ -210,7 +218,7 @@ def bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu
     q, k, v, out = _last_contig(q), _last_contig(k), _last_contig(v), _last_contig(out)
     if dout.shape[-1] > 1 and dout.stride(-1) != 1 or 0 in dout.stride():
         dout = dout.contiguous()  # autograd hands expanded (stride-0) gradients to sum() and mean()
-    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep = _common(
+    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep, _paged = _common(
         q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
     if varlen:
         sq, sk = max_seqlen_q, max_seqlen_k
@@ -383,14 +391,14 @@ def _rotary_table(t, name, q):
 def fwd_op(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
            cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
            scale: float, softcap: float, causal: bool, window_left: int, window_right: int, descale_q: float = 1.0,
-           descale_k: float = 1.0, descale_v: float = 1.0) -> Tuple[Tensor, Tensor]:
+           descale_k: float = 1.0, descale_v: float = 1.0, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     return fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
-                    softcap, causal, window_left, window_right, descale_q, descale_k, descale_v)
+                    softcap, causal, window_left, window_right, descale_q, descale_k, descale_v, block_table)
 
 
 @fwd_op.register_fake
 def _fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale,
-              softcap, causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0):
+              softcap, causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0, block_table=None):
     lse_shape = (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else (q.shape[0], q.shape[2], q.shape[1])
     return q.new_empty(q.shape, dtype=_out_dtype(q.dtype)), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -500,7 +508,7 @@ def _max_lens(cu_q, cu_k, max_q, max_k):
 
 def attention(q, k, v, causal=False, scale=None, softcap=0.0, window=(-1, -1), alibi_slopes=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
-              deterministic=False, return_lse=False, pack=None, descale=None):
+              deterministic=False, return_lse=False, pack=None, descale=None, block_table=None):
     """See flashc.attention. pack: None, "kv" (k is kv, v None) or "qkv" (q is qkv, k and v None)."""
     max_seqlen_q, max_seqlen_k = _max_lens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     wl, wr = window
@@ -510,10 +518,15 @@ def attention(q, k, v, causal=False, scale=None, softcap=0.0, window=(-1, -1), a
         if len(descale) != 3:
             raise ValueError(f"flashc: descale must be (q_descale, k_descale, v_descale), got {descale!r}")
         args = args + tuple(float(x) for x in descale)
+    if block_table is not None:  # paged K/V, forward only: after the (default) descales
+        args = args + (1.0,) * (14 - len(args)) + (block_table,)
     if torch.is_grad_enabled() and (q.requires_grad or k is not None and k.requires_grad
                                     or v is not None and v.requires_grad):
         if descale is not None:
             raise NotImplementedError("flashc: descale is for the e4m3 forward, which has no backward")
+        if block_table is not None:
+            raise NotImplementedError("flashc: paged K/V (block_table) is forward only; call it under "
+                                      "torch.no_grad() or on tensors that do not require grad")
         out, lse = AttentionFunction.apply(pack, q, k, v, *args, bool(deterministic))
     elif pack is None:
         out, lse = _fwd(q, k, v, *args)

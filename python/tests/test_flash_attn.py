@@ -72,9 +72,6 @@ def test_returns_and_unsupported_options():
     assert s_dmask.numel() == 0  # what flash-attn returns without dropout
     with pytest.raises(NotImplementedError, match="dropout"):
         fa.flash_attn_func(q, k, v, dropout_p=0.1)
-    cu = torch.tensor([0, 8], dtype=torch.int32, device=DEV)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        fa.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, block_table=cu[None])
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -120,6 +117,41 @@ def test_varlen_variants():
     assert torch.equal(o1, o2)
     o3 = fa.flash_attn_varlen_kvpacked_func(qkv[:, 0], qkv[:, 1:], cu, cu, m, m, causal=True)
     assert torch.equal(o1, o3)
+
+
+def test_varlen_paged_kv():
+    """flash_attn_varlen_func with block_table: k, v page pools of a page size flash-attn does not take
+    (5), pages shuffled, NaN in rows no sequence owns; forward only, as in flash-attn."""
+    lens_q, lens_k, page, H, Hkv = [3, 1, 9, 2], [7, 20, 9, 0], 5, 4, 2
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=DEV)
+    q, k, v = rand(sum(lens_q), H, HD), rand(sum(lens_k), Hkv, HD), rand(sum(lens_k), Hkv, HD)
+    need = [-(-n // page) for n in lens_k]
+    order = torch.randperm(sum(need) + 2).tolist()
+    kp = torch.full((len(order), page, Hkv, HD), float("nan"), dtype=DT, device=DEV)
+    vp = kp.clone()
+    table = torch.full((len(lens_k), max(need)), -1, dtype=torch.int32)
+    for b in range(len(lens_k)):
+        for i in range(need[b]):
+            pg, rows = order.pop(), slice(int(cu_k[b]) + i * page, int(cu_k[b]) + min((i + 1) * page, lens_k[b]))
+            table[b, i] = pg
+            kp[pg, :rows.stop - rows.start], vp[pg, :rows.stop - rows.start] = k[rows], v[rows]
+    table = table.to(DEV)
+    try:
+        out, lse, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                                block_table=table, return_attn_probs=True)
+    except NotImplementedError as e:
+        if DEV == "cuda" and "no paged K/V path" in str(e):
+            pytest.skip(f"this build's CUDA backend: {e}")
+        raise
+    for b in range(len(lens_q)):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        expect(out[None, qs], q[None, qs], k[None, ks], v[None, ks], causal=True)
+    dense = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True, return_attn_probs=True)
+    assert torch.allclose(lse, dense[1], atol=1e-4, rtol=1e-4)  # +inf for sequence 3, which has no key
+    with pytest.raises(NotImplementedError, match="forward only"):
+        fa.flash_attn_varlen_func(q.detach().requires_grad_(), kp, vp, cu_q, cu_k, max(lens_q), max(lens_k),
+                                  block_table=table)
 
 
 def test_bert_padding_roundtrip_and_grad():

@@ -199,6 +199,77 @@ def test_varlen_seqused_k():
         assert_close("out", out[qs], r[0][0])
 
 
+def paginate(ks, vs, page, spare=2):
+    """Page pools (num_pages, page, Hkv, D) holding the sequences' rows (lists of (L_b, Hkv, D)
+    arrays) on shuffled pages, NaN in every row no sequence owns, and the block table (B, max_pages)
+    with -1 past each sequence's pages (entries nobody may read)."""
+    need = [-(-k.shape[0] // page) for k in ks]
+    n = sum(need) + spare
+    order = RNG.permutation(n)
+    pools = [np.full((n, page) + ks[0].shape[1:], np.nan, ks[0].dtype) for _ in range(2)]
+    table = np.full((len(ks), max(max(need), 1)), -1, np.int32)
+    at = 0
+    for b, (k, v) in enumerate(zip(ks, vs)):
+        for i in range(need[b]):
+            pg, rows = order[at], slice(i * page, min((i + 1) * page, k.shape[0]))
+            at += 1
+            table[b, i] = pg
+            pools[0][pg, :rows.stop - rows.start] = k[rows]
+            pools[1][pg, :rows.stop - rows.start] = v[rows]
+    return pools[0], pools[1], table
+
+
+@pytest.mark.parametrize("page", [1, 3, 16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_varlen(page, causal):
+    lens_q, lens_k = [3, 1, 2, 12, 4], [7, 1, 0, 12, 33]  # sequence 2 sees no key
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    H, Hkv, D = 4, 2, 8
+    q = randn((cu_q[-1], H, D), np.float32)
+    ks = [randn((n, Hkv, D), np.float32) for n in lens_k]
+    vs = [randn((n, Hkv, D), np.float32) for n in lens_k]
+    kp, vp, table = paginate(ks, vs, page)
+    used = np.array([7, 1, 0, 5, 33], np.int32)
+    for seqused in (None, used):
+        out, lse = flashc.attention(q, kp, vp, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, block_table=table,
+                                    seqused_k=seqused, causal=causal, return_lse=True)
+        assert out.shape == q.shape and lse.shape == (H, cu_q[-1])
+        for b in range(len(lens_q)):
+            qs = slice(cu_q[b], cu_q[b + 1])
+            r = ref_attention(q[None, qs], ks[b][None], vs[b][None], causal=causal,
+                              seqused_k=None if seqused is None else seqused[b:b + 1])
+            assert_close(f"out[{b}]", out[qs], r[0][0])
+            check_lse(lse[:, qs], r[1][0])
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_paged_batch(dt):
+    dt = np_dtype(dt)
+    B, Sq, H, Hkv, D, page, pages = 2, 5, 4, 1, 16, 4, 5
+    q = randn((B, Sq, H, D), dt)
+    k, v = randn((B, page * pages, Hkv, D), dt), randn((B, page * pages, Hkv, D), dt)
+    kp, vp, table = paginate(list(k), list(v), page)
+    used = np.array([6, 20], np.int32)
+    out, lse = flashc.attention(q, kp, vp, block_table=table, seqused_k=used, causal=True, return_lse=True)
+    ref_out, ref_lse = ref_attention(q, k, v, causal=True, seqused_k=used)
+    naive = None if dt == np.float32 else naive_lowp(q, k, v, rounder(dt), causal=True, seqused_k=used)
+    assert_close("out", out, ref_out, naive)
+    check_lse(lse, ref_lse)
+
+
+def test_paged_errors():
+    q = randn((1, 4, 2, 8), np.float32)
+    kp = randn((3, 4, 2, 8), np.float32)
+    table = np.array([[2, 0]], np.int32)
+    with pytest.raises(ValueError, match="block_table has shape"):
+        flashc.attention(q, kp, kp, block_table=table[0])
+    with pytest.raises(ValueError, match="page pool"):
+        flashc.attention(q, kp[0], kp[0], block_table=table)
+    with pytest.raises(ValueError, match=r"block_table\[0\]\[1\] = 3"):
+        flashc.attention(q, kp, kp, block_table=np.array([[0, 3]], np.int32))
+
+
 # ------------------------------------------------------------------------------------------------
 # DLPack and argument errors
 

@@ -150,6 +150,13 @@ def test_opcheck_custom_ops():
     bargs = (torch.randn_like(out), q, k, v, out, lse, dq, dk, dv, None, None, None, None, 0, 0, 0.0, 0.0, True, -1, -1,
              False)
     torch.library.opcheck(torch.ops.flashc.bwd.default, bargs, test_utils=("test_schema", "test_faketensor"))
+    # paged K/V: k, v page pools (3 pages of 4 rows), block table (batch, max_pages)
+    kp, vp = rand(3, 4, 2, 8), rand(3, 4, 2, 8)
+    table = torch.tensor([[2, 0], [1, 2]], dtype=torch.int32)
+    pargs = (q, kp, vp, None, None, None, None, 0, 0, 0.0, 0.0, True, -1, -1, 1.0, 1.0, 1.0, table)
+    torch.library.opcheck(torch.ops.flashc.fwd.default, pargs, test_utils=("test_schema", "test_faketensor"))
+    out_p = flashc.attention(q, kp, vp, block_table=table, causal=True)
+    expect(out_p, q, kp[table.long()].flatten(1, 2), vp[table.long()].flatten(1, 2), causal=True)
 
 
 class TinyAttn(torch.nn.Module):

@@ -5,7 +5,7 @@
     # or: pip install ./python/flash_attn_shim, a package named flash_attn that re-exports this one
 
 Functions, signatures, defaults and returns follow flash-attn 2.8; see flash_attn_interface.py for
-what is not supported yet (dropout, paged KV cache) -- those raise NotImplementedError.
+what is not supported yet (dropout; cache_leftpad with block_table) -- those raise NotImplementedError.
 """
 import sys
 

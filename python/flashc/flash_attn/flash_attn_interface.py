@@ -3,8 +3,9 @@
 Same functions, argument names, defaults and return conventions as flash-attn 2.8
 (flash_attn/flash_attn_interface.py), so code written for flash-attn runs unchanged, on CUDA and
 on the CPU. What flashc does not do raises NotImplementedError instead of being ignored:
-dropout_p > 0, a paged KV cache in the varlen functions (block_table; flash_attn_with_kvcache takes
-one, of any page size), and cache_leftpad together with block_table.
+dropout_p > 0, and cache_leftpad together with block_table. Paged K/V (block_table) works in
+flash_attn_varlen_func (forward only, as in flash-attn) and flash_attn_with_kvcache, with pages of
+any size (flash-attn asks for multiples of 256 in the varlen function).
 
 Return conventions (as flash-attn): out; with return_attn_probs=True, (out, softmax_lse, S_dmask)
 where S_dmask is an empty tensor, which is what flash-attn returns when dropout_p == 0.
@@ -28,14 +29,9 @@ def _no_dropout(dropout_p):
             "pass dropout_p=0.0, e.g. by calling model.eval() or setting the attention dropout to 0")
 
 
-def _no_paging(block_table):
-    if block_table is not None:
-        raise NotImplementedError("flashc: a paged KV cache (block_table) is not supported by the flash_attn "
-                                  "API yet; pass contiguous k/v")
-
-
 def _call(q, k, v, pack, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-          return_attn_probs, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+          return_attn_probs, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+          block_table=None):
     if dropout_p:
         _no_dropout(dropout_p)
     d = q.shape[-1]
@@ -45,7 +41,8 @@ def _call(q, k, v, pack, dropout_p, softmax_scale, causal, window_size, softcap,
     if padded:  # flash-attn pads head dims that are not a multiple of 8 on the GPU; so do we
         q, k, v = (torch.nn.functional.pad(t, [0, 8 - d % 8]) if t is not None else None for t in (q, k, v))
     out, lse = _torch.attention(q, k, v, causal, softmax_scale, softcap, window_size, alibi_slopes, cu_seqlens_q,
-                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, deterministic, True, pack)
+                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, deterministic, True, pack,
+                                block_table=block_table)
     if padded:
         out = out[..., :d]
     if not return_attn_probs:
@@ -166,10 +163,11 @@ def flash_attn_varlen_func(
 ):
     """q: (total_q, nheads, headdim), k and v: (total_k, nheads_k, headdim); cu_seqlens_q / _k int32
     (batch + 1,) offsets; max_seqlen_q / _k the largest lengths. Masks are bottom-right aligned per
-    sequence. softmax_lse is (nheads, total_q)."""
-    _no_paging(block_table)
+    sequence. softmax_lse is (nheads, total_q). With block_table (batch, max_pages) int32, k and v are
+    page pools (num_pages, page_size, nheads_k, headdim), page_size >= 1: key j of sequence b is row
+    j % page_size of page block_table[b, j // page_size], cu_seqlens_k giving the lengths (forward only)."""
     return _call(q, k, v, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                 return_attn_probs, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                 return_attn_probs, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table)
 
 
 # ------------------------------------------------------------------------------------------------
