@@ -5,7 +5,8 @@
 #   2. BUILD_DIR/test_bad_input   invalid arguments: status, message, no write, no crash
 #   3. every other BUILD_DIR/test_* built from tests/test_*.c (the Makefile builds them all)
 #   4. BUILD_DIR/test_memory      O(N) memory at Sq = Sk = 32768 (forward) and 8192 (backward)
-#   4b. test_flashc --quick and test_kvcache on the CPU backend at every ISA level the CPU has
+#   4b. test_flashc --quick and test_kvcache on the CPU backend at every ISA level the CPU has, and
+#       with each of the CPU forward's two kernels forced (FLASHC_CPU_DECODE_MAX_SQ)
 #   5. an ASan + UBSan copy of the library and tests in build-asan/ (host backends; the CUDA
 #      backend is compute-sanitizer's job on a GPU machine), running test_flashc --quick and every
 #      other test but test_memory
@@ -95,16 +96,22 @@ if grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo
     isa_levels="$isa_levels avx512"
 fi
 echo "== CPU ISA levels here: $isa_levels"
-for isa in $isa_levels; do
+
+# cpu_runs VAR VALUE: test_flashc --quick and test_kvcache on the CPU backend with VAR=VALUE
+cpu_runs() {
     for t in test_flashc test_kvcache; do
         args="--backend cpu"
         [ $t = test_flashc ] && args="$args --quick"
         [ -x "$BUILD/$t" ] || continue
-        export FLASHC_CPU_ISA=$isa
-        run "$t $args (FLASHC_CPU_ISA=$isa)" "$BUILD/$t" $args
-        unset FLASHC_CPU_ISA
+        export "$1=$2"
+        run "$t $args ($1=$2)" "$BUILD/$t" $args
+        unset "$1"
     done
-done
+}
+for isa in $isa_levels; do cpu_runs FLASHC_CPU_ISA $isa; done
+# the CPU forward's two kernels (flashc_cpu.c, fwd_by_decode) each on every problem: FA2's tiles
+# (paged K/V and seqlen_q <= 16 included) and the decode kernel (long seqlen_q included)
+for max_sq in -1 1000000; do cpu_runs FLASHC_CPU_DECODE_MAX_SQ $max_sq; done
 
 # ------------------------------------------------------------------------------------------------
 # sanitizers

@@ -1633,9 +1633,16 @@ static void nokey_inf_v_check(tbackend *be) {
 // whose keys are all finite). Causal, Sq = 150, Sk = 151: row r sees keys <= r + 1, so the first
 // query block's 144 rows see keys < 145 and key 145's V row is Inf; O of those rows must be finite.
 // CPU only: a GPU query block splits the rows differently, and rows that share a key block with the
-// Inf may get NaN there (nokey_inf_v_case says why no rule asks otherwise).
+// Inf may get NaN there (nokey_inf_v_case says why no rule asks otherwise). The FA2 kernel's
+// property: where FLASHC_CPU_DECODE_MAX_SQ sends seqlen_q 150 to the decode kernel (run_tests.sh's
+// decode-only run), whose rows share key steps, the case is skipped.
 static void unseen_inf_v_check(tbackend *be) {
     if (strcmp(be->name, "cpu")) return;
+    const char *env = getenv("FLASHC_CPU_DECODE_MAX_SQ");
+    if (env && atoi(env) >= 150) {
+        tc_skip("rows beside an unseen Inf in V: FLASHC_CPU_DECODE_MAX_SQ=%s runs seqlen_q 150 on the decode kernel", env);
+        return;
+    }
     for (int di = 0; di < 3; di++)
         for (int D = 64; D <= 128; D += 64) {
             const flashc_dtype dt = DT3[di];

@@ -222,7 +222,8 @@ def paginate(ks, vs, page, spare=2):
 @pytest.mark.parametrize("page", [1, 3, 16])
 @pytest.mark.parametrize("causal", [False, True])
 def test_paged_varlen(page, causal):
-    lens_q, lens_k = [3, 1, 2, 12, 4], [7, 1, 0, 12, 33]  # sequence 2 sees no key
+    # sequence 2 sees no key; max_seqlen_q 40 takes the CPU's FA2 kernel (test_paged_batch's 5 the decode kernel)
+    lens_q, lens_k = [3, 1, 2, 40, 4], [7, 1, 0, 40, 33]
     cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
     cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
     H, Hkv, D = 4, 2, 8
@@ -230,7 +231,7 @@ def test_paged_varlen(page, causal):
     ks = [randn((n, Hkv, D), np.float32) for n in lens_k]
     vs = [randn((n, Hkv, D), np.float32) for n in lens_k]
     kp, vp, table = paginate(ks, vs, page)
-    used = np.array([7, 1, 0, 5, 33], np.int32)
+    used = np.array([7, 1, 0, 25, 33], np.int32)
     for seqused in (None, used):
         out, lse = flashc.attention(q, kp, vp, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, block_table=table,
                                     seqused_k=seqused, causal=causal, return_lse=True)

@@ -21,7 +21,22 @@
 typedef struct cpu_state {
     flashc_pool *pool;
     const flashc_cpu_kernels *k;
+    int decode_max_sq; // forwards with seqlen_q <= this run the decode kernel (fwd_by_decode)
 } cpu_state;
+
+// The forward's two kernels: FA2's tiles (flashc_cpu_kernels.h), or the decode kernel
+// (flashc_cpu_decode.c) where each sequence has few queries. A query block of the FA2 kernel is
+// BR = 144 lanes run against every key block of its head's kv head, so a handful of queries pays
+// for K/V loads and tiles it barely uses, once per query head of a GQA group; the decode kernel
+// packs a kv group's queries into one pass over K and V and splits the keys over the threads.
+// Both read paged K/V (FA2's gathers a key block's rows from their pages: 1.00x the dense call's
+// time in f32, 1.04-1.05x in bf16 at seqlen 2048, where the decode kernel took 2.1-3.5x).
+// FLASHC_CPU_DECODE_MAX_SQ = N sets the bound (-1: the FA2 kernel always). Its default is where
+// the two cross; decode / FA2 time at seqlen_k 4096, D 128, causal, f32 and bf16, GQA 32/8 and MHA
+// 16/16, 2 threads: 0.07-0.54 at seqlen_q 1-8, 0.59-1.01 at 16, 1.09-1.95 at 32, 2.3-3.6 at 144
+// (dev/cpu/decode_rule.py, bench/results/cpu_amd-epyc-2c_2026-12-05-s32-rule.txt).
+#define DECODE_MAX_SQ 16
+static int fwd_by_decode(const cpu_state *st, const flashc_problem *p) { return p->Sq <= st->decode_max_sq; }
 
 // The backward groups sequences into waves of at most this many query rows (and key rows) unless a
 // single sequence is longer, bounding its fp32 buffers (the dQ slot partials, GQA dK/dV sums) by
@@ -80,6 +95,8 @@ static flashc_status cpu_init(flashc_ctx *ctx) {
         free(st);
         return s;
     }
+    const char *env = getenv("FLASHC_CPU_DECODE_MAX_SQ");
+    st->decode_max_sq = env && *env ? atoi(env) : DECODE_MAX_SQ;
     st->pool = flashc__pool_create(ctx->n_threads);
     if (!st->pool) {
         free(st);
@@ -138,7 +155,7 @@ static fwd_layout fwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
 }
 
 static size_t cpu_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
-    if (p->block_table) return flashc__cpu_decode_fwd_ws(p, ctx->n_threads); // paged K/V: see cpu_fwd
+    if (fwd_by_decode(ctx->priv, p)) return flashc__cpu_decode_fwd_ws(p, ctx->n_threads);
     return fwd_carve(ctx, p, NULL).total;
 }
 
@@ -174,9 +191,7 @@ static void fwd_chunk(void *arg, int64_t c, int thread) {
 
 static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
     cpu_state *st = ctx->priv;
-    // Paged K/V goes through the decode kernel (flashc_cpu_decode.c), which reads K_j, V_j rows
-    // through the block table; correct for any seqlen_q, though not at this kernel's speed.
-    if (p->block_table) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
+    if (fwd_by_decode(st, p)) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
     fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws), 1};
     for (int t = 0; t < ctx->n_threads; t++) { // every thread's key block cache starts empty
         flashc_cpu_fwd_scratch sc;

@@ -115,9 +115,12 @@ static inline void *flashc__cpu_take(char *base, size_t *off, size_t bytes) {
 //   Kc, Vc  n_slots x BC x ld  the thread's key block cache (flashc__cpu_fwd_kv_slots)
 //   tag   n_slots int64: the block a slot holds, (b * H_kv + kv head) * ceil(Sk / BC) + j; -1 none
 //   m, m_new, m_use, l, alpha: BR each          lo, hi: BR int64 each, the rows' key ranges
+//   Kp, Vp  BC x D elements of the input dtype: paged K/V only, a key block's rows gathered from
+//   their pages (flashc_cpu_kernels.h, kv_rows)
 typedef struct flashc_cpu_fwd_scratch {
     float *QT, *OT, *ST, *K, *V, *Kc, *Vc, *m, *m_new, *m_use, *l, *alpha;
     int64_t *lo, *hi, *tag;
+    void *Kp, *Vp;
     int64_t n_slots;
 } flashc_cpu_fwd_scratch;
 
@@ -158,6 +161,9 @@ static inline size_t flashc__cpu_fwd_carve(const flashc_problem *p, int64_t n_sl
     t.lo = flashc__cpu_take(base, &off, BR * sizeof(int64_t));
     t.hi = flashc__cpu_take(base, &off, BR * sizeof(int64_t));
     t.tag = flashc__cpu_take(base, &off, (size_t)n_slots * sizeof(int64_t));
+    const size_t paged = p->block_table ? BC * D * flashc__dtype_size(p->dtype) : 0;
+    t.Kp = flashc__cpu_take(base, &off, paged);
+    t.Vp = flashc__cpu_take(base, &off, paged);
     if (s) *s = t;
     return off;
 }

@@ -18,11 +18,40 @@ static inline const void *row_ptr(const flashc_problem *p, const void *base, con
     return (const char *)base + es * (size_t)(flashc__row_off(p, st, b, row0, row) + head * st[2]);
 }
 
-// Address of key row j of sequence b, head `head`, of a k-like tensor (honours a KV-cache batch
-// index; the rows of one key block follow each other at st[1], so paged K/V is not for this kernel).
+// Address of key row j of sequence b, head `head`, of a k-like tensor (through the block table
+// when paged, honouring a KV-cache batch index).
 static inline const void *key_ptr(const flashc_problem *p, const void *base, const int64_t st[3], int b,
                                   const flashc_seq *s, int64_t j, int head, size_t es) {
     return (const char *)base + es * (size_t)(flashc__k_off(p, st, b, s, j) + head * st[2]);
+}
+
+// Rows j0 .. j0 + n - 1 of sequence b, kv head kvh, of a k-like tensor as the tile loaders read
+// them: a pointer and a row stride (*rs). In place, rows st[1] apart; with paged K/V the rows of a
+// block lie on different pages (a page holds page_size >= 1 of them), so they are gathered into the
+// thread's buffer (t->Kp or t->Vp), rows D apart: one memcpy of D elements a row, against the
+// 4 * BR * D FLOPs the row then takes part in.
+static const void *kv_rows(const flashc_problem *p, const void *base, const int64_t st[3], void *gather, int b,
+                           const flashc_seq *s, int64_t j0, int64_t n, int kvh, int64_t *rs) {
+    const size_t es = flashc__dtype_size(p->dtype), row = es * (size_t)p->D;
+    if (!p->block_table) {
+        *rs = st[1];
+        return key_ptr(p, base, st, b, s, j0, kvh, es);
+    }
+    for (int64_t r = 0; r < n; r++) memcpy((char *)gather + (size_t)r * row, key_ptr(p, base, st, b, s, j0 + r, kvh, es), row);
+    *rs = p->D;
+    return gather;
+}
+
+// Ask for the same rows' cache lines ahead of kv_rows (row by row through the table when paged).
+static void kv_prefetch(const flashc_problem *p, const void *base, const int64_t st[3], int b, const flashc_seq *s,
+                        int64_t j0, int64_t n, int kvh) {
+    const size_t es = flashc__dtype_size(p->dtype);
+    const int64_t bytes = p->D * (int64_t)es;
+    if (!p->block_table) {
+        tile_prefetch_rows(key_ptr(p, base, st, b, s, j0, kvh, es), st[1], es, n, bytes);
+        return;
+    }
+    for (int64_t r = 0; r < n; r++) tile_prefetch_rows(key_ptr(p, base, st, b, s, j0 + r, kvh, es), 0, es, 1, bytes);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -39,10 +68,13 @@ static void kv_load_block(flashc_cpu_fwd_scratch *t, const flashc_problem *p, co
                           const flashc_seq *s, int kvh, int64_t j0, int64_t tag) {
     const int64_t D = p->D, n = min64(FLASHC_CPU_FWD_BC, s->sk - j0), ld = (int64_t)flashc__cpu_row_ld((size_t)D);
     const int64_t slot = min64(j0 / FLASHC_CPU_FWD_BC, t->n_slots - 1), off = slot * FLASHC_CPU_FWD_BC * ld;
-    const size_t es = flashc__dtype_size(p->dtype);
-    tile_load_rows_cached(t->K, t->V, t->Kc + off, t->Vc + off, &t->tag[slot], tag,
-                          key_ptr(p, a->k, p->k_stride, b, s, j0, kvh, es), p->k_stride[1],
-                          key_ptr(p, a->v, p->v_stride, b, s, j0, kvh, es), p->v_stride[1], n, D, ld, p->dtype);
+    const void *k = NULL, *v = NULL;
+    int64_t krs = 0, vrs = 0;
+    if (t->tag[slot] != tag) { // (a cached block reads neither)
+        k = kv_rows(p, a->k, p->k_stride, t->Kp, b, s, j0, n, kvh, &krs);
+        v = kv_rows(p, a->v, p->v_stride, t->Vp, b, s, j0, n, kvh, &vrs);
+    }
+    tile_load_rows_cached(t->K, t->V, t->Kc + off, t->Vc + off, &t->tag[slot], tag, k, krs, v, vrs, n, D, ld, p->dtype);
 }
 
 static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
@@ -100,9 +132,11 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         // Alg. 1 line 8: load K_j, V_j (dot: the nk rows some query sees, copied, not widened, so
         // without the row cache)
         if (dot) {
-            tile_copy_rows16((uint16_t *)t.K, D, key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es), p->k_stride[1], nk, D);
-            tile_pair_rows((uint32_t *)t.V, D, key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es), p->v_stride[1], nk,
-                           (nk + 1) / 2, D);
+            int64_t krs, vrs;
+            const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.Kp, b, &s, j0, nk, kvh, &krs);
+            const uint16_t *v = kv_rows(p, a->v, p->v_stride, t.Vp, b, &s, j0, nk, kvh, &vrs);
+            tile_copy_rows16((uint16_t *)t.K, D, k, krs, nk, D);
+            tile_pair_rows((uint32_t *)t.V, D, v, vrs, nk, (nk + 1) / 2, D);
         } else
             kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb);
         // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
@@ -111,9 +145,9 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         // thread. (Prefetching a cached block's dense slot as well made no measurable difference.)
         const int64_t j1 = j0 + FLASHC_CPU_FWD_BC;
         if (j1 < kv_hi && t.tag[min64(jb + 1, t.n_slots - 1)] != tag0 + jb + 1) {
-            const int64_t n1 = min64(FLASHC_CPU_FWD_BC, s.sk - j1), row_bytes = D * (int64_t)es;
-            tile_prefetch_rows(key_ptr(p, a->k, p->k_stride, b, &s, j1, kvh, es), p->k_stride[1], es, n1, row_bytes);
-            tile_prefetch_rows(key_ptr(p, a->v, p->v_stride, b, &s, j1, kvh, es), p->v_stride[1], es, n1, row_bytes);
+            const int64_t n1 = min64(FLASHC_CPU_FWD_BC, s.sk - j1);
+            kv_prefetch(p, a->k, p->k_stride, b, &s, j1, n1, kvh);
+            kv_prefetch(p, a->v, p->v_stride, b, &s, j1, n1, kvh);
         }
         // Only the lanes [ra, ra + na) whose rows see a key of this block are computed (lo and hi
         // are nondecreasing in the row), in whole microkernel widths; the others keep m_i, l_i and
