@@ -15,8 +15,9 @@
 // max |err| <= 2 max |err of a naive attention in that precision| + 1e-5, with the naive one
 // computed here (scores rounded to the dtype, P rounded, O accumulated in fp32 and rounded).
 //
-// Paged prefill: flashc_fwd with a block table (varlen and batch mode) against the ref backend's
-// flashc_fwd on the dense layout.
+// Paged prefill: flashc_fwd with a block table (varlen and batch mode, with and without seqused_k,
+// table entries past the keys seen out of range) against the ref backend's flashc_fwd on the dense
+// layout; f16 / bf16 by the same 2x-naive rule.
 //
 // Merge: random partials against the formula in fp64; attention split over disjoint key sets and
 // merged against attention over all keys; in place; parts that saw no key (lse = +inf, out NaN);
@@ -27,8 +28,8 @@
 //
 // CUDA: the same cases with every tensor staged into device memory (ctx->ops->ws_alloc / copy) and
 // the results copied back; f32 cases run as f16 there (the CUDA backend takes f16 / bf16), head
-// dims it does not take (D = 20) are skipped, as are paged flashc_fwd (no CUDA path) and the
-// bad-input cases (front-end validation, the same code as on the host backends, with host buffers).
+// dims it does not take (D = 20) are skipped, as are the bad-input cases (front-end validation,
+// the same code as on the host backends, with host buffers).
 //
 // Usage: build/test_kvcache [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR]. Default: ref, cpu
 // and cuda when a device is present; --filter runs only the KV-cache and merge cases whose label
@@ -587,18 +588,35 @@ static void kv_sweep(flashc_ctx *ctx, const char *bname) {
 // ------------------------------------------------------------------------------------------------
 // paged K/V in flashc_fwd (prefill, batch and varlen)
 
-static void run_paged_fwd(flashc_ctx *ctx, const char *bname, flashc_dtype dt, int page, int varlen, int causal,
-                          uint64_t seed) {
+typedef struct pgc {
+    flashc_dtype dt;
+    int page, varlen, causal;
+    int used;     // seqused_k below, at 0 and above (capped) the key counts; table entries past them garbage
+    int misalign; // the pools one element past a 16-byte boundary (CUDA: the gather's 2-byte path)
+    int own_ws;   // a workspace of flashc_fwd_workspace_size bytes, 64 bytes past a 256-byte boundary
+    int big;      // head dim of a case with hundreds of keys (CUDA: the wgmma TMA kernel); 0: D = 32, 90 keys
+} pgc;
+
+static void run_paged_fwd(flashc_ctx *ctx, const char *bname, pgc c, uint64_t seed) {
+    if (tc_on_dev(ctx) && c.dt == FLASHC_DTYPE_F32) c.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
+    const flashc_dtype dt = c.dt;
     char label[256];
-    snprintf(label, sizeof label, "paged fwd %s %s page=%d varlen=%d causal=%d", bname, tc_dtype_name(dt), page, varlen,
-             causal);
+    snprintf(label, sizeof label, "paged fwd %s %s page=%d varlen=%d causal=%d seqused_k=%d misaligned=%d own_ws=%d D=%d",
+             bname, tc_dtype_name(dt), c.page, c.varlen, c.causal, c.used, c.misalign, c.own_ws, c.big ? c.big : 32);
     tc_rng r = tc_rng_make(seed, 13);
-    const int B = 3, H = 4, Hkv = 2, D = 32, Sq = 40, Sk = 90;
+    // varlen: sequences of 90, 1, 40 keys (big: 520, 1, 374 from row 5 on); batch: Sk keys each
+    const int B = 3, H = 4, Hkv = 2, D = c.big ? c.big : 32, Sq = c.big ? 256 : 40, Sk = c.big ? 520 : 90;
+    static const int32_t cuq_s[4] = {0, 40, 41, 70}, cuk_s[4] = {0, 90, 91, 131};
+    static const int32_t cuq_b[4] = {0, 256, 257, 400}, cuk_b[4] = {5, 525, 526, 900};
+    const int32_t *cuq = c.big ? cuq_b : cuq_s, *cuk = c.big ? cuk_b : cuk_s;
     const size_t es = flashc__dtype_size(dt);
-    int32_t cuq[4] = {0, 40, 41, 70}, cuk[4] = {0, 90, 91, 131};
-    int32_t lk[3];
-    for (int b = 0; b < B; b++) lk[b] = varlen ? cuk[b + 1] - cuk[b] : Sk;
-    const int pps = (Sk + page - 1) / page, num_pages = B * pps + 2;
+    int32_t lk[3], used[3], sk[3]; // keys: of the layout, seqused_k, seen
+    for (int b = 0; b < B; b++) {
+        lk[b] = c.varlen ? cuk[b + 1] - cuk[b] : Sk;
+        used[b] = b == 0 ? lk[b] - 17 : b == 1 ? 0 : lk[b] + 7;
+        sk[b] = c.used && used[b] < lk[b] ? used[b] : lk[b];
+    }
+    const int pps = (Sk + c.page - 1) / c.page, num_pages = B * pps + 2;
     int32_t *table = malloc(sizeof(int32_t) * (size_t)B * pps);
     for (int i = 0; i < B * pps; i++) table[i] = (i * 7 + 1) % num_pages;
     // check it is a permutation prefix (7 coprime to num_pages or not: fall back to identity)
@@ -608,11 +626,16 @@ static void run_paged_fwd(flashc_ctx *ctx, const char *bname, flashc_dtype dt, i
                 for (int t = 0; t < B * pps; t++) table[t] = t;
                 i = j = B * pps;
             }
-    const int64_t total_q = varlen ? cuq[B] : (int64_t)B * Sq, total_k = varlen ? cuk[B] : (int64_t)B * Sk;
-    const int64_t pool = (int64_t)num_pages * page * Hkv * D, nq = total_q * H * D, nk = total_k * Hkv * D;
-    void *q = tc_alloc((size_t)nq * es), *o = tc_alloc((size_t)nq * es), *kp = tc_alloc((size_t)pool * es),
-         *vp = tc_alloc((size_t)pool * es);
-    float *qf = malloc(sizeof(float) * (size_t)nq), *kf = malloc(sizeof(float) * (size_t)nk), *vf = malloc(sizeof(float) * (size_t)nk);
+    for (int b = 0; b < B; b++) // pages past the keys seen: entries no backend may read
+        for (int i = (sk[b] + c.page - 1) / c.page; i < pps; i++) table[b * pps + i] = i % 2 ? -1 : num_pages + 3;
+    const int64_t total_q = c.varlen ? cuq[B] : (int64_t)B * Sq, total_k = c.varlen ? cuk[B] : (int64_t)B * Sk;
+    const int64_t pool = (int64_t)num_pages * c.page * Hkv * D, nq = total_q * H * D, nk = total_k * Hkv * D;
+    const int64_t off = c.misalign ? 1 : 0; // elements
+    const size_t pool_bytes = (size_t)(pool + 8) * es;
+    void *q = tc_alloc((size_t)nq * es), *o = tc_alloc((size_t)nq * es), *kp0 = tc_alloc(pool_bytes), *vp0 = tc_alloc(pool_bytes);
+    void *kp = (char *)kp0 + off * es, *vp = (char *)vp0 + off * es;
+    float *qf = malloc(sizeof(float) * (size_t)nq), *kf = calloc((size_t)nk, sizeof(float)), *vf = calloc((size_t)nk, sizeof(float));
+    double *kd = calloc((size_t)nk, sizeof(double)), *vd = calloc((size_t)nk, sizeof(double));
     float *of = malloc(sizeof(float) * (size_t)nq), *lr = malloc(sizeof(float) * (size_t)total_q * H);
     float *lse = malloc(sizeof(float) * (size_t)total_q * H);
     for (int64_t e = 0; e < nq; e++) {
@@ -624,47 +647,97 @@ static void run_paged_fwd(flashc_ctx *ctx, const char *bname, flashc_dtype dt, i
         flashc__store(kp, e, dt, (float)rnd_dt(&r, dt, 1.0));
         flashc__store(vp, e, dt, (float)rnd_dt(&r, dt, 1.0));
     }
-    for (int b = 0; b < B; b++) // the dense copy: row j of sequence b from its page
-        for (int j = 0; j < lk[b]; j++) {
-            int64_t src = ((int64_t)table[b * pps + j / page] * page + j % page) * Hkv * D;
-            int64_t dst = ((varlen ? cuk[b] : (int64_t)b * Sk) + j) * Hkv * D;
+    for (int b = 0; b < B; b++) // the dense copy: row j of sequence b from its page (zeros past the keys seen)
+        for (int j = 0; j < sk[b]; j++) {
+            int64_t src = ((int64_t)table[b * pps + j / c.page] * c.page + j % c.page) * Hkv * D;
+            int64_t dst = ((c.varlen ? cuk[b] : (int64_t)b * Sk) + j) * Hkv * D;
             for (int e = 0; e < Hkv * D; e++) {
-                kf[dst + e] = (float)load_d(kp, src + e, dt);
-                vf[dst + e] = (float)load_d(vp, src + e, dt);
+                kd[dst + e] = kf[dst + e] = (float)load_d(kp, src + e, dt);
+                vd[dst + e] = vf[dst + e] = (float)load_d(vp, src + e, dt);
             }
         }
     flashc_attn_desc d = {0};
-    d.batch = B, d.seqlen_q = Sq, d.seqlen_k = Sk, d.heads = H, d.heads_kv = Hkv, d.head_dim = D, d.causal = causal;
-    if (varlen) d.cu_seqlens_q = cuq, d.cu_seqlens_k = cuk;
+    d.batch = B, d.seqlen_q = Sq, d.seqlen_k = Sk, d.heads = H, d.heads_kv = Hkv, d.head_dim = D, d.causal = c.causal;
+    if (c.varlen) d.cu_seqlens_q = cuq, d.cu_seqlens_k = cuk;
+    if (c.used) d.seqused_k = used;
     flashc_attn_desc dr = d;
     dr.dtype = FLASHC_DTYPE_F32;
     flashc_fill_contiguous_strides(&dr);
     flashc_ctx *rctx = make_ctx(FLASHC_BACKEND_REF);
     flashc_status st = flashc_fwd(rctx, &dr, qf, kf, vf, of, lr, NULL, 0, NULL);
     flashc_ctx_free(rctx);
+
+    // f16 / bf16: FlashAttention-2's rule against a naive attention in the dtype (as run_kv)
+    double naive_o = 0;
+    if (dt != FLASHC_DTYPE_F32 && st == FLASHC_OK) {
+        kvc nc = kv_base();
+        nc.dt = dt, nc.D = D, nc.causal = c.causal;
+        double *qr = malloc(sizeof(double) * (size_t)D), *on = malloc(sizeof(double) * (size_t)D), ln;
+        for (int b = 0; b < B; b++) {
+            const int sq = c.varlen ? cuq[b + 1] - cuq[b] : Sq;
+            const int64_t q0 = c.varlen ? cuq[b] : (int64_t)b * Sq, k0 = c.varlen ? cuk[b] : (int64_t)b * Sk;
+            for (int i = 0; i < sq; i++)
+                for (int h = 0; h < H; h++) {
+                    const int64_t qo = ((q0 + i) * H + h) * D, ko = (k0 * Hkv + h / (H / Hkv)) * D;
+                    int lo, hi;
+                    key_range(&nc, i, sq, sk[b], &lo, &hi);
+                    for (int e = 0; e < D; e++) qr[e] = qf[qo + e];
+                    naive_row(&nc, qr, kd + ko, vd + ko, (int64_t)Hkv * D, lo, hi, 1.0 / sqrt((double)D), 0,
+                              (int64_t)i + sk[b] - sq, on, &ln);
+                    for (int e = 0; e < D; e++) naive_o = fmax(naive_o, fabs(on[e] - of[qo + e]));
+                }
+        }
+        free(qr), free(on);
+    }
+
+    // the call under test, on device copies where the backend has its own memory
     d.dtype = dt;
-    d.block_table = table, d.block_table_stride = pps, d.page_size = page, d.num_pages = num_pages;
+    d.block_table = table, d.block_table_stride = pps, d.page_size = c.page, d.num_pages = num_pages;
     flashc_fill_contiguous_strides(&d);
     for (int64_t e = 0; e < nq; e++) tc_store_nan(o, e, dt);
     for (int64_t e = 0; e < total_q * H; e++) lse[e] = NAN;
-    flashc_status st2 = flashc_fwd(ctx, &d, q, kp, vp, o, lse, NULL, 0, NULL);
+    const size_t q_bytes = (size_t)nq * es, lse_bytes = sizeof(float) * (size_t)total_q * H;
+    void *dq = tc_dev_put(ctx, q, q_bytes), *dkp = tc_dev_put(ctx, kp0, pool_bytes), *dvp = tc_dev_put(ctx, vp0, pool_bytes);
+    void *dout = tc_dev_put(ctx, o, q_bytes);
+    float *dlse = tc_dev_put(ctx, lse, lse_bytes);
+    int32_t *dcuq = tc_dev_put(ctx, d.cu_seqlens_q, sizeof cuq_s), *dcuk = tc_dev_put(ctx, d.cu_seqlens_k, sizeof cuk_s);
+    int32_t *dused = tc_dev_put(ctx, d.seqused_k, sizeof used), *dtab = tc_dev_put(ctx, table, sizeof(int32_t) * (size_t)B * pps);
+    const int32_t *h_cuq = d.cu_seqlens_q, *h_cuk = d.cu_seqlens_k, *h_used = d.seqused_k;
+    d.cu_seqlens_q = dcuq, d.cu_seqlens_k = dcuk, d.seqused_k = dused, d.block_table = dtab;
+    void *ws_mem = NULL, *ws = NULL;
+    size_t ws_size = 0;
+    if (c.own_ws && (ws_size = flashc_fwd_workspace_size(ctx, &d)) > 0) {
+        ws_mem = tc_on_dev(ctx) ? ctx->ops->ws_alloc(ctx, ws_size + 256) : tc_alloc(ws_size + 256);
+        ws = (char *)ws_mem + 64; // (64-byte aligned, as flashc.h promises no more)
+    }
+    flashc_status st2 = flashc_fwd(ctx, &d, dq, (char *)dkp + off * es, (char *)dvp + off * es, dout, dlse, ws, ws_size, NULL);
+    tc_dev_get(ctx, o, dout, q_bytes);
+    tc_dev_get(ctx, lse, dlse, lse_bytes);
+    if (tc_on_dev(ctx)) {
+        if (ws_mem) ctx->ops->ws_free(ctx, ws_mem);
+    } else {
+        free(ws_mem);
+    }
+    tc_dev_free(ctx, q, dq), tc_dev_free(ctx, kp0, dkp), tc_dev_free(ctx, vp0, dvp), tc_dev_free(ctx, o, dout);
+    tc_dev_free(ctx, lse, dlse), tc_dev_free(ctx, h_cuq, dcuq), tc_dev_free(ctx, h_cuk, dcuk);
+    tc_dev_free(ctx, h_used, dused), tc_dev_free(ctx, table, dtab);
     if (st != FLASHC_OK || st2 != FLASHC_OK) {
         tc_fail("%s: status ref %d, test %d: %s", label, (int)st, (int)st2, flashc_ctx_last_error(ctx));
     } else {
         double err = 0, errl = 0;
         for (int64_t e = 0; e < nq; e++) {
-            double x = load_d(o, e, dt);
-            err = fmax(err, isnan(x) ? INFINITY : fabs(x - of[e]) / (1 + fabs(of[e])));
+            double x = load_d(o, e, dt), ex = fabs(x - of[e]);
+            err = fmax(err, isnan(x) ? INFINITY : dt == FLASHC_DTYPE_F32 ? ex / (1 + fabs(of[e])) : ex);
         }
         for (int64_t e = 0; e < total_q * H; e++)
             errl = fmax(errl, isnan(lse[e]) ? INFINITY : isinf(lr[e]) ? (lse[e] == lr[e] ? 0 : INFINITY) : fabs(lse[e] - lr[e]) / (1 + fabs(lr[e])));
-        // f32: 1e-5 relative; bf16: the output's own rounding (2^-8 relative) plus the same bound as
-        // the dense CPU path is held to (the probabilities in fp32, no extra rounding)
-        double bound = dt == FLASHC_DTYPE_F32 ? 1e-5 : 0x1p-8 + 1e-5;
+        // f32: 1e-5 relative; f16 / bf16: 2 x the naive attention's error + 1e-5 (absolute)
+        double bound = dt == FLASHC_DTYPE_F32 ? 1e-5 : 2 * naive_o + 1e-5;
         if (err <= bound && errl <= 1e-5) tc_pass("%s: err %.3g lse %.3g (bound %.3g)", label, err, errl, bound);
         else tc_fail("%s: err %.3g lse %.3g (bound %.3g, lse 1e-5)", label, err, errl, bound);
     }
-    free(table), free(q), free(o), free(kp), free(vp), free(qf), free(kf), free(vf), free(of), free(lr), free(lse);
+    free(table), free(q), free(o), free(kp0), free(vp0), free(qf), free(kf), free(vf), free(kd), free(vd), free(of);
+    free(lr), free(lse);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1261,12 +1334,20 @@ int main(int argc, char **argv) {
         }
         kv_sweep(ctx, names[bi]);
         const int pages[3] = {1, 16, 256};
-        if (tc_on_dev(ctx)) tc_skip("paged flashc_fwd on cuda: no CUDA path (block_table is flashc_fwd_kvcache only there)");
-        for (int pi = 0; pi < 3 && !tc_on_dev(ctx) && !g_filter; pi++)
+        for (int pi = 0; pi < 3 && !g_filter; pi++)
             for (int varlen = 0; varlen <= 1; varlen++)
                 for (int di = 0; di < 2; di++)
-                    run_paged_fwd(ctx, names[bi], di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, pages[pi], varlen,
-                                  (pi + varlen) % 2, g_seed + 100 + pi * 4 + varlen * 2 + di);
+                    for (int used = 0; used <= 1; used++) {
+                        pgc c = {di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, pages[pi], varlen, (pi + varlen) % 2, used,
+                                 (di + varlen) % 2, (pi + used) % 2, 0};
+                        run_paged_fwd(ctx, names[bi], c, g_seed + 100 + pi * 8 + varlen * 4 + di * 2 + used);
+                    }
+        if (!g_filter) { // hundreds of keys at D = 64 / 128: on CUDA (sm_90) the TMA kernel, plain and RAGGED
+            const pgc big[3] = {{FLASHC_DTYPE_BF16, 64, 0, 0, 0, 0, 1, 64},
+                                {FLASHC_DTYPE_F32, 16, 1, 1, 1, 0, 1, 64},
+                                {FLASHC_DTYPE_BF16, 128, 0, 1, 1, 1, 0, 128}};
+            for (int i = 0; i < 3; i++) run_paged_fwd(ctx, names[bi], big[i], g_seed + 130 + i);
+        }
         const flashc_dtype dts[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
         for (int pd = 0; pd < 3; pd++)
             for (int od = 0; od < 3; od++)
