@@ -5,6 +5,7 @@ read-only ceiling (torch's sum over a 2 GiB bf16 tensor: every byte read once, n
 Prints GB/s of K + V read per build and the largest |o - o_first build|.
 
 Usage: python3 dev/cuda/ab_decode.py LIB [LIB ...] [--shapes 1x16384x1,16x16384x1] [--splits 0,16] [--host]
+--fwd times flashc_fwd (the dense entry point) on the same cache instead of flashc_fwd_kvcache.
 """
 import argparse
 import os
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--b2b", type=int, default=0, help="time N calls back to back instead of one after an idle gap")
     ap.add_argument("--voff", type=int, default=0, help="V starts this many elements into its allocation")
+    ap.add_argument("--fwd", action="store_true", help="flashc_fwd instead of flashc_fwd_kvcache")
     ap.add_argument("--host", action="store_true",
                     help="also print each impl's host time per call (100 calls queued with no sync, Python included)")
     args = ap.parse_args()
@@ -84,7 +86,10 @@ def main():
 
                 def f(fc=fc, kv=kv, o=o):
                     i = it[0] = (it[0] + 1) % n_rot
-                    fc.kvcache(d, kv, q, ks[i], vs[i], None, None, o, lse)
+                    if args.fwd:
+                        fc.fwd(d, q, ks[i], vs[i], o, lse)
+                    else:
+                        fc.kvcache(d, kv, q, ks[i], vs[i], None, None, o, lse)
                 impls.append((f"lib{li}" + (f"/s{ns}" if ns else ""), f))
 
         def sdpa(backend):
