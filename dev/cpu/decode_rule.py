@@ -4,7 +4,9 @@ Times flashc_fwd on the FA2 kernel and on the decode kernel (FLASHC_CPU_DECODE_M
 1000000, one child process each, the library reads it when a context is made) over seqlen_q at
 seqlen_k 4096, D 128, causal, f32 and bf16, GQA 32/8 and MHA 16/16, and prints decode / FA2 time:
 below 1 the decode kernel is faster. Then paged K/V (page 16) against the same dense call on the
-FA2 kernel at prefill sizes: the cost of gathering a key block's rows from their pages.
+FA2 kernel at prefill sizes: the cost of gathering a key block's rows from their pages. Then
+flashc_fwd_kvcache with a 1024-token prompt appended into an empty cache of 4096 and attended
+(flash_attn_with_kvcache, rotary, causal; torch), the attention on either kernel.
 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=python python3 dev/cpu/decode_rule.py
 Medians of REPEATS calls after one warm-up; the two kernels' runs interleave by shape.
@@ -53,6 +55,17 @@ def child():
             out[f"dense {dname} S={S} causal={causal}"] = med(lambda: flashc.attention(q, k, v, causal=causal))
             out[f"paged {dname} S={S} causal={causal}"] = med(
                 lambda: flashc.attention(q, kp, vp, block_table=table, causal=causal))
+    import torch
+    from flashc.flash_attn import flash_attn_with_kvcache
+
+    for dname, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        B, P, cap, H, Hkv, D = 1, 1024, 4096, 32, 8, 128
+        q, kn, vn = torch.randn(B, P, H, D, dtype=dt), torch.randn(B, P, Hkv, D, dtype=dt), torch.randn(B, P, Hkv, D, dtype=dt)
+        kc, vc = torch.zeros(B, cap, Hkv, D, dtype=dt), torch.zeros(B, cap, Hkv, D, dtype=dt)
+        cos, sin = torch.randn(cap, D // 2, dtype=dt), torch.randn(cap, D // 2, dtype=dt)
+        used = torch.zeros(B, dtype=torch.int32)
+        out[f"kvcache {dname} prompt={P}"] = med(lambda: flash_attn_with_kvcache(
+            q, kc, vc, kn, vn, rotary_cos=cos, rotary_sin=sin, cache_seqlens=used, causal=True))
     print(json.dumps(out))
 
 
@@ -76,6 +89,11 @@ def main():
             pk = "paged" + key[5:]
             print(f"{key[6:]:24s} {t * 1e3:9.2f} {res['fa2'][pk] * 1e3:9.2f} {res['fa2'][pk] / t:7.2f}")
             print(f"{'  (decode kernel)':24s} {'':9s} {res['decode'][pk] * 1e3:9.2f} {res['decode'][pk] / t:7.2f}")
+    print("# flashc_fwd_kvcache, a prompt appended and attended (GQA 32/8, D 128): FA2 ms, decode ms, decode / FA2")
+    for key, t in res["fa2"].items():
+        if key.startswith("kvcache"):
+            d = res["decode"][key]
+            print(f"{key[8:]:24s} {t * 1e3:9.2f} {d * 1e3:9.2f} {d / t:7.2f}")
 
 
 if __name__ == "__main__":

@@ -29,11 +29,12 @@ typedef struct cpu_state {
 // BR = 144 lanes run against every key block of its head's kv head, so a handful of queries pays
 // for K/V loads and tiles it barely uses, once per query head of a GQA group; the decode kernel
 // packs a kv group's queries into one pass over K and V and splits the keys over the threads.
-// Both read paged K/V (FA2's gathers a key block's rows from their pages: 1.00x the dense call's
-// time in f32, 1.04-1.05x in bf16 at seqlen 2048, where the decode kernel took 2.1-3.5x).
+// Both read paged K/V (FA2's gathers a key block's rows from their pages: 1.00-1.01x the dense
+// call's time in f32, 1.03-1.06x in bf16 at seqlen 2048, where the decode kernel took 2.4-3.3x),
+// and both serve flashc_fwd_kvcache (a 1024-token prompt: the decode kernel 1.8-1.9x FA2's time).
 // FLASHC_CPU_DECODE_MAX_SQ = N sets the bound (-1: the FA2 kernel always). Its default is where
 // the two cross; decode / FA2 time at seqlen_k 4096, D 128, causal, f32 and bf16, GQA 32/8 and MHA
-// 16/16, 2 threads: 0.07-0.54 at seqlen_q 1-8, 0.59-1.01 at 16, 1.09-1.95 at 32, 2.3-3.6 at 144
+// 16/16, 2 threads: 0.07-0.50 at seqlen_q 1-8, 0.61-0.96 at 16, 1.09-1.79 at 32, 2.1-3.4 at 144
 // (dev/cpu/decode_rule.py, bench/results/cpu_amd-epyc-2c_2026-12-05-s32-rule.txt).
 #define DECODE_MAX_SQ 16
 static int fwd_by_decode(const cpu_state *st, const flashc_problem *p) { return p->Sq <= st->decode_max_sq; }
@@ -418,14 +419,35 @@ static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 
 // ------------------------------------------------------------------------------------------------
 
-// KV cache: the decode kernel (flashc_cpu_decode.c) does the append, the rotary and the attention.
+// KV cache: the decode kernel (flashc_cpu_decode.c) does the append, the rotary and the attention,
+// unless the queries are many (a prompt appended and attended in one call: fwd_by_decode says no).
+// Then the append and q's rotation (into the workspace, contiguous (B, Sq, H, D)) come first and
+// FA2's tiles attend over the cache: the problem's seqused_k_host holds each c_b + seqlen_new and
+// key_ptr follows cache_batch_idx or the block table.
+static size_t kv_q_rot_bytes(const flashc_problem *p, const flashc_kvcache_args *a) {
+    return a->rotary_cos ? flashc__cpu_round_up((size_t)p->B * p->Sq * p->H * p->D * flashc__dtype_size(p->dtype), 64) : 0;
+}
+
 static size_t cpu_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
-    return flashc__cpu_decode_kvcache_ws(p, ctx->n_threads, a);
+    if (fwd_by_decode(ctx->priv, p)) return flashc__cpu_decode_kvcache_ws(p, ctx->n_threads, a);
+    return kv_q_rot_bytes(p, a) + fwd_carve(ctx, p, NULL).total;
 }
 
 static flashc_status cpu_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
     cpu_state *st = ctx->priv;
-    return flashc__cpu_decode_kvcache(st->pool, st->k->isa, p, a);
+    if (fwd_by_decode(st, p)) return flashc__cpu_decode_kvcache(st->pool, st->k->isa, p, a);
+    flashc__kvcache_append_host(p, a);
+    flashc_problem pq = *p;
+    flashc_fwd_args f = {a->q, a->k_cache, a->v_cache, a->o, a->lse, (char *)a->ws + kv_q_rot_bytes(p, a),
+                         a->ws_size - kv_q_rot_bytes(p, a), a->stream};
+    if (a->rotary_cos) {
+        flashc__kvcache_rotate_q_host(p, a, a->ws);
+        f.q = a->ws;
+        pq.q_stride[2] = p->D;
+        pq.q_stride[1] = (int64_t)p->H * p->D;
+        pq.q_stride[0] = pq.q_stride[1] * p->Sq;
+    }
+    return cpu_fwd(ctx, &pq, &f);
 }
 
 const flashc_backend_ops flashc__cpu_ops = {

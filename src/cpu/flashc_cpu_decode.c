@@ -1,6 +1,6 @@
 // flashc_cpu_decode.c -- the decode kernel's driver (see flashc_cpu_decode.h): the plan (query
 // chunk, kv heads per item, split count), the workspace, the work grid over the thread pool, the
-// merge of split partials, and the two callers: flashc_fwd_kvcache and flashc_fwd at few queries a
+// merge of split partials, and the two callers, flashc_fwd_kvcache and flashc_fwd, at few queries a
 // sequence (flashc_cpu.c, fwd_by_decode).
 //
 // Workspace layout (every piece 64-byte aligned; sizes depend on the description and the thread

@@ -135,8 +135,9 @@ static inline size_t flashc__cpu_dec_carve(int64_t rows, int64_t D, void *base, 
 // ------------------------------------------------------------------------------------------------
 // the driver (flashc_cpu_decode.c), called by flashc_cpu.c
 
-// flashc_fwd where flashc_cpu.c's fwd_by_decode picks this kernel (few queries a sequence; any
-// seqlen_q is correct, varlen, paged or not, but from seqlen_q ~32 the FA2 kernel is faster).
+// flashc_fwd and flashc_fwd_kvcache where flashc_cpu.c's fwd_by_decode picks this kernel (few
+// queries a sequence; any seqlen_q is correct, varlen, paged or not, but from seqlen_q ~32 the FA2
+// kernel is faster).
 FLASHC_INTERNAL size_t flashc__cpu_decode_fwd_ws(const flashc_problem *p, int n_threads);
 FLASHC_INTERNAL flashc_status flashc__cpu_decode_fwd(flashc_pool *pool, const char *isa, const flashc_problem *p,
                                                      const flashc_fwd_args *a);
