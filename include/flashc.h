@@ -96,7 +96,8 @@ typedef enum flashc_backend {
  *                head_dim); sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of q and
  *                likewise of k/v; the [batch] stride is ignored; seqlen_q / seqlen_k are the
  *                maximum sequence lengths (an upper bound the library checks), lse is fp32
- *                (heads, total_q) contiguous, total_q = cu_seqlens_q[batch].
+ *                (heads, total_q) contiguous, total_q = cu_seqlens_q[batch]. Rows before
+ *                cu_seqlens_q[0] belong to no sequence: the forward writes o = 0, lse = +inf there.
  *
  * Masking, aligned to the bottom-right corner like FlashAttention-2 (PyTorch's is_causal is
  * top-left; ours is not): with sq, sk this sequence's lengths, query i sees key j iff
@@ -207,7 +208,9 @@ FLASHC_API size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_d
  * output is bit-identical run to run on one GPU model but depends on its SM count (and on
  * FLASHC_CUDA_CTAS), and the split counters live as the KV-cache's do (flashc_fwd_kvcache): in
  * the ctx with its own workspace (one allocation and synchronisation when they first grow), else
- * in the caller's, zeroed by each call. */
+ * in the caller's, zeroed by each call. On the CPU a forward with seqlen_q <= 16 runs the decode
+ * kernel, which splits the keys over the threads: bit-identical run to run for one thread count,
+ * rounded differently for another. */
 FLASHC_API flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d,
                                     const void *q, const void *k, const void *v,
                                     void *o, float *lse,
@@ -272,7 +275,9 @@ typedef struct flashc_kvcache_desc {
 
     int32_t num_splits;             /* split-KV (flash-decoding): 0 => chosen by the library, 1 => none,
                                      * n <= 1024 forces n (each split adds an fp32 partial of
-                                     * (batch, seqlen_q, heads, head_dim) to the workspace) */
+                                     * (batch, seqlen_q, heads, head_dim) to the workspace); the
+                                     * CPU backend ignores it above seqlen_q 16, where its FA2
+                                     * tiles attend without splitting */
     int64_t num_cache_rows;         /* rows of the cache's batch dimension (for cache_batch_idx);
                                      * 0 => not given (cache_batch_idx only checked / clamped >= 0) */
     int64_t reserved[15];           /* must be zero */

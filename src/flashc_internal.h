@@ -248,6 +248,19 @@ static inline size_t flashc__dtype_size(flashc_dtype t) {
     return t == FLASHC_DTYPE_F32 ? 4 : t == FLASHC_DTYPE_E4M3 ? 1 : 2;
 }
 
+// Varlen rows before cu_seqlens_q[0] belong to no sequence: a forward sets them as it sets a row
+// that sees no key, o = 0 and lse = +inf (flashc.h), whichever kernel runs. The host backends'
+// forwards call this; the CUDA backend has a kernel for it (zero_rows).
+static inline void flashc__unowned_rows_host(const flashc_problem *p, void *o, float *lse) {
+    if (!p->varlen) return;
+    const size_t es = flashc__dtype_size(p->o_dtype);
+    for (int64_t r = 0; r < p->cu_q_host[0]; r++)
+        for (int h = 0; h < p->H; h++) {
+            memset((char *)o + es * (size_t)(r * p->o_stride[1] + h * p->o_stride[2]), 0, es * (size_t)p->D);
+            if (lse) lse[(int64_t)h * p->total_q + r] = INFINITY;
+        }
+}
+
 // ------------------------------------------------------------------------------------------------
 // backends
 

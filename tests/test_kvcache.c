@@ -595,20 +595,23 @@ typedef struct pgc {
     int misalign; // the pools one element past a 16-byte boundary (CUDA: the gather's 2-byte path)
     int own_ws;   // a workspace of flashc_fwd_workspace_size bytes, 64 bytes past a 256-byte boundary
     int big;      // head dim of a case with hundreds of keys (CUDA: the wgmma TMA kernel); 0: D = 32, 90 keys
+    int few;      // seqlen_q 4 (varlen: 1, 1, 4 queries): the decode kernel's range (the CPU's fwd_by_decode)
 } pgc;
 
 static void run_paged_fwd(flashc_ctx *ctx, const char *bname, pgc c, uint64_t seed) {
     if (tc_on_dev(ctx) && c.dt == FLASHC_DTYPE_F32) c.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
     const flashc_dtype dt = c.dt;
     char label[256];
-    snprintf(label, sizeof label, "paged fwd %s %s page=%d varlen=%d causal=%d seqused_k=%d misaligned=%d own_ws=%d D=%d",
-             bname, tc_dtype_name(dt), c.page, c.varlen, c.causal, c.used, c.misalign, c.own_ws, c.big ? c.big : 32);
+    const int B = 3, H = 4, Hkv = 2, D = c.big ? c.big : 32, Sq = c.big ? 256 : c.few ? 4 : 40, Sk = c.big ? 520 : 90;
+    snprintf(label, sizeof label,
+             "paged fwd %s %s page=%d varlen=%d causal=%d seqused_k=%d misaligned=%d own_ws=%d D=%d Sq=%d", bname,
+             tc_dtype_name(dt), c.page, c.varlen, c.causal, c.used, c.misalign, c.own_ws, D, Sq);
     tc_rng r = tc_rng_make(seed, 13);
     // varlen: sequences of 90, 1, 40 keys (big: 520, 1, 374 from row 5 on); batch: Sk keys each
-    const int B = 3, H = 4, Hkv = 2, D = c.big ? c.big : 32, Sq = c.big ? 256 : 40, Sk = c.big ? 520 : 90;
     static const int32_t cuq_s[4] = {0, 40, 41, 70}, cuk_s[4] = {0, 90, 91, 131};
     static const int32_t cuq_b[4] = {0, 256, 257, 400}, cuk_b[4] = {5, 525, 526, 900};
-    const int32_t *cuq = c.big ? cuq_b : cuq_s, *cuk = c.big ? cuk_b : cuk_s;
+    static const int32_t cuq_f[4] = {0, 1, 2, 6};
+    const int32_t *cuq = c.big ? cuq_b : c.few ? cuq_f : cuq_s, *cuk = c.big ? cuk_b : cuk_s;
     const size_t es = flashc__dtype_size(dt);
     int32_t lk[3], used[3], sk[3]; // keys: of the layout, seqused_k, seen
     for (int b = 0; b < B; b++) {
@@ -1339,14 +1342,18 @@ int main(int argc, char **argv) {
                 for (int di = 0; di < 2; di++)
                     for (int used = 0; used <= 1; used++) {
                         pgc c = {di ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, pages[pi], varlen, (pi + varlen) % 2, used,
-                                 (di + varlen) % 2, (pi + used) % 2, 0};
+                                 (di + varlen) % 2, (pi + used) % 2, 0, 0};
                         run_paged_fwd(ctx, names[bi], c, g_seed + 100 + pi * 8 + varlen * 4 + di * 2 + used);
                     }
         if (!g_filter) { // hundreds of keys at D = 64 / 128: on CUDA (sm_90) the TMA kernel, plain and RAGGED
-            const pgc big[3] = {{FLASHC_DTYPE_BF16, 64, 0, 0, 0, 0, 1, 64},
-                                {FLASHC_DTYPE_F32, 16, 1, 1, 1, 0, 1, 64},
-                                {FLASHC_DTYPE_BF16, 128, 0, 1, 1, 1, 0, 128}};
+            const pgc big[3] = {{FLASHC_DTYPE_BF16, 64, 0, 0, 0, 0, 1, 64, 0},
+                                {FLASHC_DTYPE_F32, 16, 1, 1, 1, 0, 1, 64, 0},
+                                {FLASHC_DTYPE_BF16, 128, 0, 1, 1, 1, 0, 128, 0}};
             for (int i = 0; i < 3; i++) run_paged_fwd(ctx, names[bi], big[i], g_seed + 130 + i);
+            for (int i = 0; i < 8; i++) { // a few queries a sequence: the decode kernel's range
+                pgc c = {i % 2 ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, i / 4 ? 16 : 1, i / 2 % 2, 1, i % 2, 0, 0, 0, 1};
+                run_paged_fwd(ctx, names[bi], c, g_seed + 140 + i);
+            }
         }
         const flashc_dtype dts[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
         for (int pd = 0; pd < 3; pd++)

@@ -186,6 +186,19 @@ def test_varlen_max_seqlen_too_small_is_an_error_from_c():
         flashc.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=3, max_seqlen_k=6)
 
 
+@pytest.mark.parametrize("long_q", [False, True])
+def test_varlen_rows_before_the_first_sequence(long_q):
+    """Rows before cu_seqlens_q[0] belong to no sequence: o = 0, lse = +inf (flashc.h), whichever
+    CPU kernel runs (max_seqlen_q 3: the decode kernel; 40: the FA2 tiles)."""
+    n = 40 if long_q else 3
+    cu_q, cu_k = np.array([2, 2 + n, 4 + n], np.int32), np.array([0, 9, 20], np.int32)
+    q, k, v = randn((4 + n, 2, 8), np.float32), randn((20, 1, 8), np.float32), randn((20, 1, 8), np.float32)
+    out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    assert (out[:2] == 0).all() and np.isposinf(lse[:, :2]).all()
+    r = ref_attention(q[None, 2:2 + n], k[None, :9], v[None, :9])
+    assert_close("out", out[2:2 + n], r[0][0])
+
+
 def test_varlen_seqused_k():
     cu_q = np.array([0, 3, 6], np.int32)
     cu_k = np.array([0, 8, 16], np.int32)

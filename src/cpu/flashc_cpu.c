@@ -192,6 +192,7 @@ static void fwd_chunk(void *arg, int64_t c, int thread) {
 
 static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
     cpu_state *st = ctx->priv;
+    flashc__unowned_rows_host(p, a->o, a->lse);
     if (fwd_by_decode(st, p)) return flashc__cpu_decode_fwd(st->pool, st->k->isa, p, a);
     fwd_job J = {p, a, st->k, fwd_carve(ctx, p, a->ws), 1};
     for (int t = 0; t < ctx->n_threads; t++) { // every thread's key block cache starts empty

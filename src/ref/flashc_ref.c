@@ -339,6 +339,7 @@ static flashc_status ref_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
     store_f64(p, &Lo, o, a->o, p->o_dtype);
     if (a->lse)
         for (int64_t n = 0; n < (int64_t)p->H * p->total_q; n++) a->lse[n] = (float)lse[n];
+    flashc__unowned_rows_host(p, a->o, a->lse);
 
     pool_free(&pool);
     return FLASHC_OK;
