@@ -679,6 +679,9 @@ static size_t cuda_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const fl
 // memset launch a caller's workspace needs (~2 us of a ~30 us batch-1 decode step).
 static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
     flashc_cuda_priv *pv = (flashc_cuda_priv *)ctx->priv;
+    if (p->B > 65535 || p->H_kv > 65535) // the decode grid's z and y
+        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "batch = %d, heads_kv = %d: the cuda KV-cache path takes at "
+                            "most 65535 of each", p->B, p->H_kv);
     int *counters = NULL;
     if (a->ws && a->ws == ctx->ws) {
         // at least 64k counters on the first growth, so that a later, larger batch rarely needs one
