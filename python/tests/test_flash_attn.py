@@ -149,6 +149,45 @@ def test_varlen_paged_kv():
                                   block_table=table)
 
 
+def test_varlen_one_query_each():
+    """A padded batch's generation step, unpadded: one query a sequence from row 0 (on either backend
+    the decode kernel's route), dense and paged K/V, seqused_k, against the fp64 reference."""
+    import flashc
+    from torch_ref import ref
+
+    lens_k, H, Hkv, page = [7, 30, 1, 12], 4, 2, 3
+    B = len(lens_k)
+    cu_q = torch.arange(B + 1, dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=DEV)
+    q, k, v = rand(B, H, HD), rand(sum(lens_k), Hkv, HD), rand(sum(lens_k), Hkv, HD)
+    used = torch.tensor([7, 9, 1, 5], dtype=torch.int32, device=DEV)
+    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, max(lens_k), causal=True, return_attn_probs=True)
+    out_u, lse_u = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1,
+                                    max_seqlen_k=max(lens_k), seqused_k=used, causal=True, return_lse=True)
+    need = [-(-n // page) for n in lens_k]
+    kp = torch.full((sum(need), page, Hkv, HD), float("nan"), dtype=DT, device=DEV)
+    vp = kp.clone()
+    table = torch.zeros((B, max(need)), dtype=torch.int32)
+    at = 0
+    for b in range(B):
+        for i in range(need[b]):
+            rows = slice(int(cu_k[b]) + i * page, int(cu_k[b]) + min((i + 1) * page, lens_k[b]))
+            kp[at, :rows.stop - rows.start], vp[at, :rows.stop - rows.start] = k[rows], v[rows]
+            table[b, i] = at
+            at += 1
+    out_p, lse_p, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 1, max(lens_k), causal=True,
+                                                block_table=table.to(DEV), return_attn_probs=True)
+    for b in range(B):
+        for o, l, n in ((out, lse, lens_k[b]), (out_p, lse_p, lens_k[b]), (out_u, lse_u, int(used[b]))):
+            ks = slice(int(cu_k[b]), int(cu_k[b]) + n)  # (seqused_k: the keys it leaves)
+            expect(o[None, b:b + 1], q[None, b:b + 1], k[None, ks], v[None, ks], causal=True)
+            r_lse = ref(q[None, b:b + 1], k[None, ks], v[None, ks], causal=True)[1][0, :, 0]
+            got = l[:, b].double().cpu().numpy()
+            assert (np.isinf(got) == np.isinf(r_lse)).all()
+            fin = np.isfinite(r_lse)
+            assert np.abs(got[fin] - r_lse[fin]).max(initial=0) <= 1e-4 * (1 + np.abs(r_lse[fin]).max(initial=0))
+
+
 def test_bert_padding_roundtrip_and_grad():
     B, S, Dm = 3, 7, 5
     x = rand(B, S, Dm, grad=True)
