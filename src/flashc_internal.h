@@ -380,6 +380,10 @@ FLASHC_INTERNAL void flashc__kvcache_append_host(const flashc_problem *p, const 
 // Step 2: q rotated (positions per a->rotary_q_per_row) into q_rot, dtype p->dtype, contiguous
 // (B, Sq, H, D). Only with rotary.
 FLASHC_INTERNAL void flashc__kvcache_rotate_q_host(const flashc_problem *p, const flashc_kvcache_args *a, void *q_rot);
+// Bytes of that q_rot (0 without rotary).
+static inline size_t flashc__kvcache_q_rot_bytes(const flashc_problem *p, const flashc_kvcache_args *a) {
+    return a->rotary_cos ? (size_t)p->B * (size_t)p->Sq * (size_t)p->H * (size_t)p->D * flashc__dtype_size(p->dtype) : 0;
+}
 // The merge in fp64 on host memory (the ops' merge of ref and cpu); _rows does the rows [r0, r1)
 // of the (B, S, H) rows, flattened in that order, so callers can share them out between threads.
 FLASHC_INTERNAL flashc_status flashc__merge_host(flashc_ctx *ctx, const flashc_merge_problem *m,

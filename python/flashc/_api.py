@@ -93,6 +93,13 @@ def geometry(qshape, kshape, vshape, varlen, cu_len_q, cu_len_k, bt_shape=None):
     return b, sq, sk, qshape[-2], kshape[-2], qshape[-1]
 
 
+def paged_args(bt_ptr, bt_shape, kshape):
+    """make_desc's paged = (block_table, block_table_stride, page_size, num_pages) for a contiguous
+    int32 block table of bt_shape over page pools of kshape (num_pages, page_size, H_kv, D), the
+    shapes as geometry checked them."""
+    return bt_ptr, bt_shape[-1], kshape[1], kshape[0]
+
+
 def desc_strides(st, varlen):
     """Element strides of a (B, S, H, D) or (T, H, D) tensor as the [batch, seq, head] triple."""
     return (0, st[0], st[1]) if varlen else (st[0], st[1], st[2])
@@ -170,11 +177,10 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     extra = [None, None, None, None, None]  # arrays to keep alive until C returns
     cu_qp = cu_kp = usedp = alp = albs = 0
-    bt, paged = None, (0, 0, 0, 0)
+    bt = btp = None
     if block_table is not None:
         bt, btp = _np_i32(block_table)
         extra[4] = bt
-        paged = (btp, bt.shape[1] if bt.ndim == 2 else 0, k.shape[1] if k.ndim == 4 else 0, k.shape[0])
     bt_shape = bt.shape if bt is not None else None
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
@@ -190,6 +196,7 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, False, 0, 0, bt_shape)
     kv_rows = varlen and bt is None  # k, v (total_k, H_kv, D); a page pool is (page, row, head) like batch mode
     qs, ks, vs = desc_strides(qs, varlen), desc_strides(ks, kv_rows), desc_strides(vs, kv_rows)
+    paged = paged_args(btp, bt_shape, k.shape) if bt is not None else (0, 0, 0, 0)
     if seqused_k is not None:
         used, usedp = _np_i32(seqused_k)
         check_1d("seqused_k", used.shape, b, True)

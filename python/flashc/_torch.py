@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from . import _lib
-from ._api import POISON, check_1d, check_alibi, geometry, make_desc, merge_desc
+from ._api import POISON, check_1d, check_alibi, geometry, make_desc, merge_desc, paged_args
 
 _DTYPES = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16, torch.bfloat16: _lib.DTYPE_BF16}
 if hasattr(torch, "float8_e4m3fn"):
@@ -136,10 +136,9 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     cu_qp = cu_kp = usedp = alp = albs = 0
     keep = None
-    bt, paged = None, (0, 0, 0, 0)
+    bt = None
     if block_table is not None:
         bt = _i32(block_table, "block_table", q)
-        paged = (bt.data_ptr(), bt.shape[-1], k.shape[1] if k.dim() == 4 else 0, k.shape[0])
         keep = [bt]
     bt_shape = bt.shape if bt is not None else None
     if varlen:
@@ -161,6 +160,7 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
     if alibi_slopes is not None:
         al, alp, albs = _alibi(alibi_slopes, q, b, h)
         keep = (keep or []) + [al]
+    paged = paged_args(bt.data_ptr(), bt_shape, k.shape) if bt is not None else (0, 0, 0, 0)
     return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep, paged
 
 
@@ -280,9 +280,8 @@ def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cach
         bt = _i32(block_table, "block_table", q)
         if bt.dim() != 2 or bt.shape[0] != B:
             raise ValueError(f"flashc: block_table has shape {tuple(bt.shape)}: expected (batch = {B}, max_pages)")
-        page_size = k_cache.shape[1]
-        sk = bt.shape[1] * page_size
-        paged = (bt.data_ptr(), bt.stride(0), page_size, k_cache.shape[0])
+        paged = paged_args(bt.data_ptr(), bt.shape, k_cache.shape)
+        sk = bt.shape[1] * k_cache.shape[1]
         keep.append(bt)
     else:
         sk = k_cache.shape[1]

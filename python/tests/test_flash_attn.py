@@ -119,16 +119,12 @@ def test_varlen_variants():
     assert torch.equal(o1, o3)
 
 
-def test_varlen_paged_kv():
-    """flash_attn_varlen_func with block_table: k, v page pools of a page size flash-attn does not take
-    (5), pages shuffled, NaN in rows no sequence owns; forward only, as in flash-attn."""
-    lens_q, lens_k, page, H, Hkv = [3, 1, 9, 2], [7, 20, 9, 0], 5, 4, 2
-    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=DEV)
-    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=DEV)
-    q, k, v = rand(sum(lens_q), H, HD), rand(sum(lens_k), Hkv, HD), rand(sum(lens_k), Hkv, HD)
+def paged(k, v, cu_k, lens_k, page):
+    """k, v (total_k, H_kv, D) of varlen sequences as page pools on shuffled pages (two spare), NaN in
+    every row no sequence owns, and the block table (batch, max_pages), -1 past each sequence's pages."""
     need = [-(-n // page) for n in lens_k]
     order = torch.randperm(sum(need) + 2).tolist()
-    kp = torch.full((len(order), page, Hkv, HD), float("nan"), dtype=DT, device=DEV)
+    kp = torch.full((len(order), page) + tuple(k.shape[1:]), float("nan"), dtype=k.dtype, device=k.device)
     vp = kp.clone()
     table = torch.full((len(lens_k), max(need)), -1, dtype=torch.int32)
     for b in range(len(lens_k)):
@@ -136,7 +132,17 @@ def test_varlen_paged_kv():
             pg, rows = order.pop(), slice(int(cu_k[b]) + i * page, int(cu_k[b]) + min((i + 1) * page, lens_k[b]))
             table[b, i] = pg
             kp[pg, :rows.stop - rows.start], vp[pg, :rows.stop - rows.start] = k[rows], v[rows]
-    table = table.to(DEV)
+    return kp, vp, table.to(k.device)
+
+
+def test_varlen_paged_kv():
+    """flash_attn_varlen_func with block_table: k, v page pools of a page size flash-attn does not take
+    (5), pages shuffled, NaN in rows no sequence owns; forward only, as in flash-attn."""
+    lens_q, lens_k, page, H, Hkv = [3, 1, 9, 2], [7, 20, 9, 0], 5, 4, 2
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=DEV)
+    q, k, v = rand(sum(lens_q), H, HD), rand(sum(lens_k), Hkv, HD), rand(sum(lens_k), Hkv, HD)
+    kp, vp, table = paged(k, v, cu_k, lens_k, page)
     out, lse, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
                                             block_table=table, return_attn_probs=True)
     for b in range(len(lens_q)):
@@ -164,19 +170,9 @@ def test_varlen_one_query_each():
     out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, max(lens_k), causal=True, return_attn_probs=True)
     out_u, lse_u = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1,
                                     max_seqlen_k=max(lens_k), seqused_k=used, causal=True, return_lse=True)
-    need = [-(-n // page) for n in lens_k]
-    kp = torch.full((sum(need), page, Hkv, HD), float("nan"), dtype=DT, device=DEV)
-    vp = kp.clone()
-    table = torch.zeros((B, max(need)), dtype=torch.int32)
-    at = 0
-    for b in range(B):
-        for i in range(need[b]):
-            rows = slice(int(cu_k[b]) + i * page, int(cu_k[b]) + min((i + 1) * page, lens_k[b]))
-            kp[at, :rows.stop - rows.start], vp[at, :rows.stop - rows.start] = k[rows], v[rows]
-            table[b, i] = at
-            at += 1
+    kp, vp, table = paged(k, v, cu_k, lens_k, page)
     out_p, lse_p, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 1, max(lens_k), causal=True,
-                                                block_table=table.to(DEV), return_attn_probs=True)
+                                                block_table=table, return_attn_probs=True)
     for b in range(B):
         for o, l, n in ((out, lse, lens_k[b]), (out_p, lse_p, lens_k[b]), (out_u, lse_u, int(used[b]))):
             ks = slice(int(cu_k[b]), int(cu_k[b]) + n)  # (seqused_k: the keys it leaves)

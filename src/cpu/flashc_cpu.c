@@ -426,7 +426,7 @@ static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 // FA2's tiles attend over the cache: the problem's seqused_k_host holds each c_b + seqlen_new and
 // key_ptr follows cache_batch_idx or the block table.
 static size_t kv_q_rot_bytes(const flashc_problem *p, const flashc_kvcache_args *a) {
-    return a->rotary_cos ? flashc__cpu_round_up((size_t)p->B * p->Sq * p->H * p->D * flashc__dtype_size(p->dtype), 64) : 0;
+    return flashc__cpu_round_up(flashc__kvcache_q_rot_bytes(p, a), 64);
 }
 
 static size_t cpu_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {

@@ -69,12 +69,11 @@ static void *take(void *ws, size_t *off, size_t bytes) {
     return p;
 }
 
-static dec_layout carve(const flashc_problem *p, const dec_plan *P, int n_threads, int rotate_q, void *ws) {
+static dec_layout carve(const flashc_problem *p, const dec_plan *P, int n_threads, size_t q_rot, void *ws) {
     dec_layout L;
     size_t off = 0, f = sizeof(float);
     const size_t rows_q = (size_t)p->total_q * (size_t)p->H, n = P->n_splits > 1 ? (size_t)P->n_splits : 0;
-    L.q_rot = take(ws, &off, rotate_q ? (size_t)p->B * (size_t)p->Sq * (size_t)p->H * (size_t)p->D *
-                                            flashc__dtype_size(p->dtype) : 0);
+    L.q_rot = take(ws, &off, q_rot);
     L.item_off = take(ws, &off, sizeof(int64_t) * ((size_t)p->B + 1));
     L.part_o = take(ws, &off, n * rows_q * (size_t)p->D * f);
     L.part_lse = take(ws, &off, n * rows_q * f);
@@ -189,14 +188,14 @@ flashc_status flashc__cpu_decode_fwd(flashc_pool *pool, const char *isa, const f
 
 size_t flashc__cpu_decode_kvcache_ws(const flashc_problem *p, int n_threads, const flashc_kvcache_args *a) {
     const dec_plan P = make_plan(p, n_threads, a->num_splits);
-    return carve(p, &P, n_threads, a->rotary_cos != NULL, NULL).total;
+    return carve(p, &P, n_threads, flashc__kvcache_q_rot_bytes(p, a), NULL).total;
 }
 
 flashc_status flashc__cpu_decode_kvcache(flashc_pool *pool, const char *isa, const flashc_problem *p,
                                          const flashc_kvcache_args *a) {
     const int n_threads = flashc__pool_size(pool);
     const dec_plan P = make_plan(p, n_threads, a->num_splits);
-    const dec_layout L = carve(p, &P, n_threads, a->rotary_cos != NULL, a->ws);
+    const dec_layout L = carve(p, &P, n_threads, flashc__kvcache_q_rot_bytes(p, a), a->ws);
     // 1. the append (k_new rotated at c_b + t), in place, before the attention reads the cache
     flashc__kvcache_append_host(p, a);
     // 2. q rotated at c_b (+ i) into the workspace

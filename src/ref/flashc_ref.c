@@ -388,8 +388,7 @@ static flashc_status ref_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 static size_t ref_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
     (void)ctx;
     // the rotated q, (B, Sq, H, D) in the dtype: rounded like any stored input
-    return a->rotary_cos ? (size_t)p->B * (size_t)p->Sq * (size_t)p->H * (size_t)p->D * flashc__dtype_size(p->dtype)
-                         : 0;
+    return flashc__kvcache_q_rot_bytes(p, a);
 }
 
 static flashc_status ref_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a) {
