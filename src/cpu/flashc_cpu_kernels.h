@@ -133,9 +133,10 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         // without the row cache)
         if (dot) {
             int64_t krs, vrs;
-            const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.Kp, b, &s, j0, nk, kvh, &krs);
+            // (paged: K_j's rows gathered straight into the tile, which has kv_rows' layout)
+            const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.K, b, &s, j0, nk, kvh, &krs);
             const uint16_t *v = kv_rows(p, a->v, p->v_stride, t.Vp, b, &s, j0, nk, kvh, &vrs);
-            tile_copy_rows16((uint16_t *)t.K, D, k, krs, nk, D);
+            if (k != (const uint16_t *)t.K) tile_copy_rows16((uint16_t *)t.K, D, k, krs, nk, D);
             tile_pair_rows((uint32_t *)t.V, D, v, vrs, nk, (nk + 1) / 2, D);
         } else
             kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb);
