@@ -467,7 +467,43 @@ static cudaError_t paged_gather(const flashc_problem *p, const void *k, const vo
     return cudaGetLastError();
 }
 
+// A forward whose kv groups have at most FWD_DECODE_ROWS query rows (seqlen_q x group: one m16 row
+// tile of the decode kernel) runs the decode kernel, as flashc_fwd_kvcache with no append, on the
+// caller's K and V (dense or paged; seqused_k as the cache lengths). The forward kernels give each
+// (sequence, query head) a tile of 128 (wgmma) or 64 (mma.sync) query rows, here nearly empty, and
+// read a kv head's K and V once per query head of its group; the decode kernel reads them once per
+// kv group, with the keys split over the SMs (flashc_cuda_decode.cu). This is the shape of a
+// generation step that reaches flashc_fwd with the whole cache (flash_attn_func, Transformers).
+// Batch mode only: the decode kernel has no cu_seqlens_q; and its grid's y and z are kv heads and
+// sequences (65535 at most each). (Not yet measured against the forward kernels on a GPU: no
+// device was lent when it was written.)
+#define FWD_DECODE_ROWS 16
+static int fwd_by_decode(const flashc_problem *p) {
+    return !p->varlen && p->dtype != FLASHC_DTYPE_E4M3 && p->Sq > 0 && (int64_t)p->Sq * p->group <= FWD_DECODE_ROWS &&
+           p->B <= 65535 && p->H_kv <= 65535;
+}
+
+static void fwd_as_kvcache(const flashc_problem *p, const flashc_fwd_args *a, flashc_kvcache_args *kv) {
+    memset(kv, 0, sizeof *kv);
+    if (!a) return; // (the workspace size: only the plan)
+    kv->q = a->q;
+    kv->k_cache = (void *)a->k, kv->v_cache = (void *)a->v; // (read only: no append)
+    kv->o = a->o;
+    kv->lse = a->lse;
+    kv->cache_seqlens = p->seqused_k; // key count seqused_k[b] (the kernels clamp it into [0, Sk]), else Sk
+    kv->ws = a->ws, kv->ws_size = a->ws_size;
+    kv->stream = a->stream;
+}
+
+static size_t cuda_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a);
+static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a);
+
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
+    if (fwd_by_decode(p)) {
+        flashc_kvcache_args kv;
+        fwd_as_kvcache(p, NULL, &kv);
+        return cuda_kvcache_ws(ctx, p, &kv);
+    }
     flashc_problem dense;
     const flashc_problem *f = fwd_problem(p, &dense);
     size_t cnt_off;
@@ -525,6 +561,11 @@ static flashc_status fwd_dense(flashc_ctx *ctx, const flashc_problem *p, const f
 
 static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
     const int own_ws = a->ws == ctx->ws;
+    if (fwd_by_decode(p)) {
+        flashc_kvcache_args kv;
+        fwd_as_kvcache(p, a, &kv);
+        return cuda_fwd_kvcache(ctx, p, &kv);
+    }
     if (!p->block_table) return fwd_dense(ctx, p, a, own_ws);
     flashc_problem dense;
     fwd_problem(p, &dense);
