@@ -467,7 +467,98 @@ static cudaError_t paged_gather(const flashc_problem *p, const void *k, const vo
     return cudaGetLastError();
 }
 
+// A forward whose kv groups have at most FWD_DECODE_ROWS query rows (seqlen_q x group: one m16 row
+// tile of the decode kernel) runs the decode kernel, as flashc_fwd_kvcache with no append, on the
+// caller's K and V (dense or paged; seqused_k as the cache lengths). The forward kernels give each
+// (sequence, query head) a tile of 128 (wgmma) or 64 (mma.sync) query rows, here nearly empty, and
+// read a kv head's K and V once per query head of its group; the decode kernel reads them once per
+// kv group, with the keys split over the SMs (flashc_cuda_decode.cu). This is the shape of a
+// generation step that reaches flashc_fwd with the whole cache (flash_attn_func, Transformers).
+//
+// Varlen too, when every sequence has the same number of queries sq from row 0 (a padded batch's
+// generation step, unpadded), with the decode kernel as it is: q and o are then (B, sq, H, D);
+// sequence b's keys start at row cu_seqlens_k[b], which the kernel's cache-row index takes as it
+// is (cache_batch_idx = cu_seqlens_k, one key row a cache row; paged: through the block table);
+// its key count, min(its cu_seqlens_k length, seqused_k[b]), is written into the workspace first
+// (the cache lengths); and the kernel's lse, (B, H, sq), goes to (H, total_q) after (two small
+// launches). The decode grid takes at most 65535 sequences and kv heads.
+// (Not yet measured against the forward kernels on a GPU: no device was lent when it was written.)
+#define FWD_DECODE_ROWS 16
+static int fwd_by_decode(const flashc_problem *p, flashc_problem *dec) {
+    if (p->dtype == FLASHC_DTYPE_E4M3 || p->Sq <= 0 || p->B > 65535 || p->H_kv > 65535) return 0;
+    int sq = p->Sq;
+    if (p->varlen) {
+        sq = p->cu_q_host[1] - p->cu_q_host[0];
+        if (p->cu_q_host[0] != 0 || sq <= 0) return 0;
+        for (int b = 1; b < p->B; b++)
+            if (p->cu_q_host[b + 1] - p->cu_q_host[b] != sq) return 0;
+    }
+    if ((int64_t)sq * p->group > FWD_DECODE_ROWS) return 0;
+    *dec = *p;
+    if (p->varlen) { // the batch-mode view flashc__cuda_kvcache takes
+        dec->varlen = 0;
+        dec->Sq = sq;
+        dec->q_stride[0] = sq * p->q_stride[1];
+        dec->o_stride[0] = sq * p->o_stride[1];
+        if (!p->block_table) {
+            dec->cache_batch_idx = p->cu_k;
+            dec->k_stride[0] = p->k_stride[1];
+            dec->v_stride[0] = p->v_stride[1];
+        }
+    }
+    return 1;
+}
+
+// Varlen decode route: key counts (int32, B) and the lse in (B, H, sq) in the workspace after the
+// decode kernel's own part (dec_ws), each at a 256-byte offset.
+static size_t dec_varlen_lens_off(size_t dec_ws) { return (dec_ws + 255) & ~(size_t)255; }
+static size_t dec_varlen_lse_off(size_t dec_ws, const flashc_problem *p) {
+    return dec_varlen_lens_off(dec_ws) + (((size_t)p->B * sizeof(int32_t) + 255) & ~(size_t)255);
+}
+static size_t dec_varlen_ws(size_t dec_ws, const flashc_problem *p, const flashc_problem *dec) {
+    return dec_varlen_lse_off(dec_ws, p) + (size_t)dec->B * dec->H * dec->Sq * sizeof(float);
+}
+
+__global__ void flashc_varlen_lens_kernel(const int32_t *cu_k, const int32_t *seqused_k, int B, int32_t *lens) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+        int n = cu_k[b + 1] - cu_k[b];
+        if (seqused_k && seqused_k[b] < n) n = seqused_k[b];
+        lens[b] = n < 0 ? 0 : n;
+    }
+}
+
+// lse (H, total_q) from the decode kernel's (B, H, sq): row b * sq + i of head h
+__global__ void flashc_varlen_lse_kernel(const float *src, float *lse, int B, int H, int sq) {
+    const int64_t n = (int64_t)B * H * sq, total_q = (int64_t)B * sq;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t % sq, h = t / sq % H, b = t / ((int64_t)sq * H);
+        lse[h * total_q + b * sq + i] = src[t];
+    }
+}
+
+static void fwd_as_kvcache(const flashc_problem *p, const flashc_fwd_args *a, flashc_kvcache_args *kv) {
+    memset(kv, 0, sizeof *kv);
+    if (!a) return; // (the workspace size: only the plan)
+    kv->q = a->q;
+    kv->k_cache = (void *)a->k, kv->v_cache = (void *)a->v; // (read only: no append)
+    kv->o = a->o;
+    kv->lse = a->lse;
+    kv->cache_seqlens = p->seqused_k; // key count seqused_k[b] (the kernels clamp it into [0, Sk]), else Sk
+    kv->ws = a->ws, kv->ws_size = a->ws_size;
+    kv->stream = a->stream;
+}
+
+static size_t cuda_kvcache_ws(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a);
+static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, const flashc_kvcache_args *a);
+
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
+    flashc_problem dec;
+    if (fwd_by_decode(p, &dec)) {
+        flashc_kvcache_args kv;
+        fwd_as_kvcache(&dec, NULL, &kv);
+        const size_t ws = cuda_kvcache_ws(ctx, &dec, &kv);
+        return p->varlen ? dec_varlen_ws(ws, p, &dec) : ws;
+    }
     flashc_problem dense;
     const flashc_problem *f = fwd_problem(p, &dense);
     size_t cnt_off;
@@ -525,6 +616,27 @@ static flashc_status fwd_dense(flashc_ctx *ctx, const flashc_problem *p, const f
 
 static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
     const int own_ws = a->ws == ctx->ws;
+    flashc_problem dec;
+    if (fwd_by_decode(p, &dec)) {
+        flashc_kvcache_args kv;
+        fwd_as_kvcache(&dec, a, &kv);
+        if (!p->varlen) return cuda_fwd_kvcache(ctx, &dec, &kv);
+        const size_t ws = cuda_kvcache_ws(ctx, &dec, &kv);
+        int32_t *lens = (int32_t *)((char *)a->ws + dec_varlen_lens_off(ws));
+        float *lse_bhs = (float *)((char *)a->ws + dec_varlen_lse_off(ws, p));
+        cudaStream_t stream = (cudaStream_t)a->stream;
+        flashc_varlen_lens_kernel<<<(p->B + 255) / 256, 256, 0, stream>>>(p->cu_k, p->seqused_k, p->B, lens);
+        FLASHC_CUDA_TRY(ctx, cudaGetLastError());
+        kv.cache_seqlens = lens;
+        if (a->lse) kv.lse = lse_bhs;
+        flashc_status st = cuda_fwd_kvcache(ctx, &dec, &kv);
+        if (st != FLASHC_OK || !a->lse) return st;
+        const int64_t n = (int64_t)dec.B * dec.H * dec.Sq;
+        const int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+        flashc_varlen_lse_kernel<<<blocks, 256, 0, stream>>>(lse_bhs, a->lse, dec.B, dec.H, dec.Sq);
+        FLASHC_CUDA_TRY(ctx, cudaGetLastError());
+        return finish(ctx, stream);
+    }
     if (!p->block_table) return fwd_dense(ctx, p, a, own_ws);
     flashc_problem dense;
     fwd_problem(p, &dense);
