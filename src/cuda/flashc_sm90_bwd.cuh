@@ -719,6 +719,12 @@ __global__ void __launch_bounds__(384, 1)
         cp_async_wait<0>();
         fence_proxy_async_smem(); // K_j, V_j (cp.async) -> visible to wgmma
         bar_sync(4, NTHREADS);    // ... of every thread
+        // K_j's first KH k-steps held as A fragments: those of S^T_w read only Q_w (1 KB a k-step
+        // instead of 3: m64n32 SS wants 1.5x the 128 B a cycle shared memory gives). All 16 would
+        // be 64 registers, past the 240 beside dK, dV (ptxas: 200 before).
+        constexpr int KH = 8;
+        uint32_t Ka[KH][4];
+        sm90_load_afrag<16 * KH, BN>(Ka, sK, 0, wl, lane);
 
         for (int it = 0; it < count; it++) {
             const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
@@ -733,7 +739,12 @@ __global__ void __launch_bounds__(384, 1)
             // S^T_w = K_j Q_w^T, dP^T_w = V_j dO_w^T: two groups, K = D in 16 steps
             float S[16], dP[16];
             wgmma_fence();
-            sm90_issue_32<T, D>(S, sK, BN, 0, sQs, BM, qw);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                if (kk < KH) wgmma_rs_k<T, 32>(S, Ka[kk], sm90_desc_kmajor(sQs, BM, qw, kk), kk);
+                else wgmma_ss<T, 32>(S, sm90_desc_kmajor(sK, BN, 0, kk), sm90_desc_kmajor(sQs, BM, qw, kk), 1);
+            }
+            wgmma_commit();
             sm90_issue_32<T, D>(dP, sV, BN, 0, sdOs, BM, qw);
 
             // lse2 and D of this thread's queries mm0 + qw + 8 j + 2 c, +1 (padded rows: +inf, 0)
