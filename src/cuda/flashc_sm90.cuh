@@ -28,6 +28,16 @@ static __device__ __forceinline__ uint32_t sw128_offset(int rows, int r, int c) 
     return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4));
 }
 
+// Rows r0 .. r0 + 63 of a ROWS x D tile (swizzled) as a warpgroup's wgmma A fragments, one
+// ldmatrix.x4 per k-step: lanes 0-15 address rows 0-15 of the warp's 16, lanes 16-31 the same rows
+// 8 columns on (the forward's Q_i, the dQ kernel's Q_i and dO_i).
+template <int D, int ROWS>
+static __device__ __forceinline__ void sm90_load_afrag(uint32_t (*A)[4], uint32_t tile, int r0, int warp, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(A[kk], tile + sw128_offset(ROWS, r0 + 16 * warp + (lane & 15), 16 * kk + 8 * (lane >> 4)));
+}
+
 // ------------------------------------------------------------------------------------------------
 // shared-memory matrix descriptors (HOPPER-NOTES 2.1, 2.3): 128B swizzle, base_offset 0
 

@@ -162,6 +162,16 @@ static __device__ __forceinline__ void sm90_issue_32(float (&acc)[16], uint32_t 
     wgmma_commit();
 }
 
+// The same with X's 64 rows held as A fragments (sm90_load_afrag): wgmma RS reads only Y's 32 rows
+// from shared memory, 1 KB a k-step instead of 3.
+template <typename T, int D>
+static __device__ __forceinline__ void sm90_issue_32_r(float (&acc)[16], const uint32_t (*Xa)[4], uint32_t sY, int YR,
+                                                       int y0) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) wgmma_rs_k<T, 32>(acc, Xa[kk], sm90_desc_kmajor(sY, YR, y0, kk), kk);
+    wgmma_commit();
+}
+
 // The keys query q sees, key_lo(q) <= key < key_hi(q), as a band on the diagonal distance
 // d = key - q: dlo <= d <= dhi (INT_MIN / INT_MAX where the window is unbounded), and key < sk.
 // One subtraction and two compares per score instead of key_lo / key_hi per query (64-bit
@@ -709,6 +719,12 @@ __global__ void __launch_bounds__(384, 1)
         cp_async_wait<0>();
         fence_proxy_async_smem(); // K_j, V_j (cp.async) -> visible to wgmma
         bar_sync(4, NTHREADS);    // ... of every thread
+        // K_j's first KH k-steps held as A fragments: those of S^T_w read only Q_w (1 KB a k-step
+        // instead of 3: m64n32 SS wants 1.5x the 128 B a cycle shared memory gives). All 16 would
+        // be 64 registers, past the 240 beside dK, dV (ptxas: 200 before).
+        constexpr int KH = 8;
+        uint32_t Ka[KH][4];
+        sm90_load_afrag<16 * KH, BN>(Ka, sK, 0, wl, lane);
 
         for (int it = 0; it < count; it++) {
             const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
@@ -723,7 +739,12 @@ __global__ void __launch_bounds__(384, 1)
             // S^T_w = K_j Q_w^T, dP^T_w = V_j dO_w^T: two groups, K = D in 16 steps
             float S[16], dP[16];
             wgmma_fence();
-            sm90_issue_32<T, D>(S, sK, BN, 0, sQs, BM, qw);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                if (kk < KH) wgmma_rs_k<T, 32>(S, Ka[kk], sm90_desc_kmajor(sQs, BM, qw, kk), kk);
+                else wgmma_ss<T, 32>(S, sm90_desc_kmajor(sK, BN, 0, kk), sm90_desc_kmajor(sQs, BM, qw, kk), 1);
+            }
+            wgmma_commit();
             sm90_issue_32<T, D>(dP, sV, BN, 0, sdOs, BM, qw);
 
             // lse2 and D of this thread's queries mm0 + qw + 8 j + 2 c, +1 (padded rows: +inf, 0)
@@ -813,8 +834,8 @@ __global__ void __launch_bounds__(384, 1)
 //
 // The forward's way: one CTA per (query block Q_i of BM = 64 rows, batch, head) walks the key
 // blocks K_j, V_j (BN = 64) its rows see and recomputes, per warpgroup w,
-//   S_w  = Q_i K_w^T     wgmma SS m64n32, K_w: keys 32 w .. 32 w + 31 of K_j     (Alg. 2 line 10)
-//   dP_w = dO_i V_w^T    wgmma SS m64n32, a second group                          (line 12)
+//   S_w  = Q_i K_w^T     wgmma RS m64n32 (Q_i held), K_w: keys 32 w .. + 31 of K_j (Alg. 2 line 10)
+//   dP_w = dO_i V_w^T    m64n32, a second group: RS at D <= 128 (dO_i held), else SS  (line 12)
 //   dS_w = P dsf (dP_w - D_i), P = exp2(S_w scale log2e - lse2_i) while dP runs   (lines 11, 14)
 //   dQ_w += dS K_j[:, w] wgmma SS m64n(D / 2) (dS through shared memory: both halves
 //                        of the keys), columns D / 2 w .. in registers            (line 15)
@@ -935,6 +956,15 @@ __global__ void __launch_bounds__(384, 1)
         const float slope = p.a.alibi ? p.a.alibi[b * p.a.alibi_bs + h] : 0.f;
         mbar_wait(fullQ, 0); // (RAGGED: Q_i, dO_i rows past sq need no zeros: row q of dQ_i reads
                              // row q of dS only, and rows past sq are not stored)
+        // Q_i, and at D <= 128 dO_i, held as A fragments for the whole walk: S_w and dP_w by wgmma
+        // RS read only K_w, V_w from shared memory. As SS, m64n32 reads 3 KB a k-step (A 2, B 1) in
+        // 16 tensor-core cycles, 1.5x what shared memory gives (128 B a cycle), so S and dP ran
+        // bound by shared memory. D = 256 holds Q_i only: its 64 registers fit beside dQ's 64 (ptxas:
+        // 154 registers before), dO_i's would not.
+        constexpr bool DO_REGS = D <= 128;
+        uint32_t Qa[D / 16][4], dOa[DO_REGS ? D / 16 : 1][4];
+        sm90_load_afrag<D, BM>(Qa, sQ, 0, wl, lane);
+        if constexpr (DO_REGS) sm90_load_afrag<D, BM>(dOa, sdO, 0, wl, lane);
 
         for (int t = 0; t < n_blocks; t++) {
             const int st = t % STAGES, n0 = (nb_min + t) * BN;
@@ -950,8 +980,9 @@ __global__ void __launch_bounds__(384, 1)
 
             float S[16], dP[16];
             wgmma_fence();
-            sm90_issue_32<T, D>(S, sQ, BM, 0, sK, BN, 32 * wg);
-            sm90_issue_32<T, D>(dP, sdO, BM, 0, sV, BN, 32 * wg);
+            sm90_issue_32_r<T, D>(S, Qa, sK, BN, 32 * wg);
+            if constexpr (DO_REGS) sm90_issue_32_r<T, D>(dP, dOa, sV, BN, 32 * wg);
+            else sm90_issue_32<T, D>(dP, sdO, BM, 0, sV, BN, 32 * wg);
 
             const bool masked = !(n0 >= full_lo && n0 + BN <= full_hi);
             wgmma_wait<1>();

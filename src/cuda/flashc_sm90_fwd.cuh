@@ -144,22 +144,13 @@ static __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t sQ, uint
     wgmma_commit();
 }
 
-// The same with Q_i in registers (Qa: the A fragments of its k-steps, sm90_load_qa): B = K_j alone
+// The same with Q_i in registers (Qa: the A fragments of its k-steps, sm90_load_afrag): B = K_j alone
 // from shared memory.
 template <typename T, int D, int BN>
 static __device__ __forceinline__ void sm90_issue_qk_r(float *S, const uint32_t (*Qa)[4], uint32_t sK) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) wgmma_rs_k<T, BN>(S, Qa[kk], sm90_desc_kmajor(sK, BN, 0, kk), kk > 0);
     wgmma_commit();
-}
-
-// Warpgroup wg's rows of the Q tile (BM rows, swizzled) as wgmma A fragments, one ldmatrix.x4 per
-// k-step: lanes 0-15 address rows 0-15 of the warp's 16, lanes 16-31 the same rows 8 columns on.
-template <int D, int BM>
-static __device__ __forceinline__ void sm90_load_qa(uint32_t (*Qa)[4], uint32_t sQ, int wg, int warp, int lane) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        ldmatrix_x4(Qa[kk], sQ + sw128_offset(BM, 64 * wg + 16 * warp + (lane & 15), 16 * kk + 8 * (lane >> 4)));
 }
 
 // O += P V_j (one k-step per 32 bytes of P's row), committed as one group: V_j MN-major (BN rows),
@@ -1016,7 +1007,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             uint32_t P[BN * ES / 32][4]; // P_ij as the A operand of the next PV (sm90_pack_p)
             uint32_t Qa[QR ? D / 16 : 1][4];
             if constexpr (QR) {
-                sm90_load_qa<D, BM>(Qa, sQ, c, warp, lane);
+                sm90_load_afrag<D, BM>(Qa, sQ, 64 * c, warp, lane);
                 mbar_arrive(emptyQ); // Q_i is in registers (every thread: it has read the record too)
             }
             if (c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first

@@ -11,8 +11,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # O += P V with N = D, B MN-major (tnspB = 1; add N values the backward wants here)
 N_SS = [32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192]
 N_RS = [64, 128, 256]
-# RS with B K-major (tnspB = 0): S = Q K^T with Q_i in registers, N = BN (the forward's Q-in-registers mode)
-N_RS_K = [128]
+# RS with B K-major (tnspB = 0): S = Q K^T with Q_i in registers, N = BN (the forward's Q-in-registers
+# mode), and the dQ kernel's S = Q_i K_w^T, dP = dO_i V_w^T at N = 32
+N_RS_K = [32, 128]
 # SS with transposed operands (the backward, flashc_sm90_bwd.cuh): (N, tnspA, tnspB) -- dQ = dS K
 # (A M-major, B N-major) at N = 64 and 128, dV += P^T dO and dK += dS^T Q (B N-major) at N = 128,
 # the dQ kernel's dQ = dS K (B N-major) at N = D / 2
