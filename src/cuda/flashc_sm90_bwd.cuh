@@ -625,7 +625,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 // columns 128 w .. 128 w + 127 of dK_j and dV_j (64 + 64 registers) for all BN = 64 keys of the
 // CTA. The products with keys or queries as rows split the other way. Per step (query block Q_i of
 // BM = 64 rows), warpgroup w, Q_w / dO_w = its 32 of the 64 query rows, [:, w] = its 128 columns:
-//   S^T_w  = K_j Q_w^T             wgmma SS m64n32, both K-major              (Alg. 2 line 10)
+//   S^T_w  = K_j Q_w^T             wgmma m64n32, both K-major: RS for K_j's first 8 k-steps
+//                                  (held as A fragments), SS for the rest     (Alg. 2 line 10)
 //   dP^T_w = V_j dO_w^T            wgmma SS m64n32, a second group            (line 12)
 //   P^T_w, dS^T_w as in the D <= 128 kernel (sm90_p, sm90_ds; P^T while dP^T runs), then to
 //   shared memory ([key][query], swizzled): the products below need all 64 queries
@@ -635,7 +636,11 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
 // registers; shared memory, 208 KB of 227, has no room for a 64 KB fp32 tile to reduce in bulk),
 // the backward ran at half the speed it ran without them (H200, h200-2026-12-01-bwd256.txt:
 // 272 against 574 TFLOP/s at S = 16k, non-causal): 64 KB of fp32 reductions per 64 x 64 block step,
-// twice D = 128's bytes per FLOP, is more than L2 takes.
+// twice D = 128's bytes per FLOP, is more than L2 takes. In bulk it is no better: one kernel
+// reducing dQ by TMA through a tile over the step's own Q_i / dO_i columns ran 0.83-0.90x these two
+// kernels, by red.global.add.v4 from registers 0.72-0.77x (H200, h200-2026-12-05-s33-call1.txt):
+// the L2 takes 3.1-3.9 TB/s of fp32 reductions in this pattern (dev/cuda/redbw.cu), about what
+// such a kernel needs at ~530 TFLOP/s (3.4).
 // Warpgroup 0 is a TMA producer as in the D <= 128 kernel, for Q_i and dO_i only: each thread
 // reads its 8 lse2_i and D_i values from global memory (L2) while S^T and dP^T run (racecheck
 // flagged the bulk copies into shared memory against the consumers' reads, though an mbarrier
