@@ -5,7 +5,8 @@ read-only ceiling (torch's sum over a 2 GiB bf16 tensor: every byte read once, n
 Prints GB/s of K + V read per build and the largest |o - o_first build|.
 
 Usage: python3 dev/cuda/ab_decode.py LIB [LIB ...] [--shapes 1x16384x1,16x16384x1] [--splits 0,16] [--host]
---fwd times flashc_fwd (the dense entry point) on the same cache instead of flashc_fwd_kvcache.
+--fwd times flashc_fwd (the dense entry point) on the same cache instead of flashc_fwd_kvcache;
+--fwd --ragged as varlen with 1 .. Sq queries a sequence (flashc builds only).
 """
 import argparse
 import os
@@ -46,6 +47,8 @@ def main():
     ap.add_argument("--b2b", type=int, default=0, help="time N calls back to back instead of one after an idle gap")
     ap.add_argument("--voff", type=int, default=0, help="V starts this many elements into its allocation")
     ap.add_argument("--fwd", action="store_true", help="flashc_fwd instead of flashc_fwd_kvcache")
+    ap.add_argument("--ragged", action="store_true",
+                    help="with --fwd: varlen, sequence b with (b %% Sq) + 1 queries and Sk keys (no SDPA beside)")
     ap.add_argument("--host", action="store_true",
                     help="also print each impl's host time per call (100 calls queued with no sync, Python included)")
     args = ap.parse_args()
@@ -75,6 +78,17 @@ def main():
         d = bg.Desc()
         d.batch, d.seqlen_q, d.seqlen_k, d.heads, d.heads_kv, d.head_dim = B, Sq, Sk, H, Hkv, D
         d.dtype = bg.FLASHC_DTYPE_BF16
+        if args.ragged:  # q (total_q, H, D), K / V the same memory as (B * Sk, H_kv, D)
+            lq = [b % Sq + 1 for b in range(B)]
+            cu = [0]
+            for n in lq:
+                cu.append(cu[-1] + n)
+            cuq = torch.tensor(cu, dtype=torch.int32, device="cuda")
+            cuk = torch.arange(0, (B + 1) * Sk, Sk, dtype=torch.int32, device="cuda")
+            q = torch.randn(cu[-1], H, D, device="cuda", dtype=torch.bfloat16)
+            lse = torch.empty(H, cu[-1], device="cuda", dtype=torch.float32)
+            d.seqlen_q = max(lq)
+            d.cu_seqlens_q, d.cu_seqlens_k = cuq.data_ptr(), cuk.data_ptr()
         it = [0]
         impls, outs = [], []
         for li, fc in enumerate(fcs):
@@ -100,7 +114,8 @@ def main():
                                                           vs[i].transpose(1, 2), enable_gqa=True)
             return f
         n_libs = len(impls)
-        impls += [("flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
+        if not args.ragged:
+            impls += [("flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
         t = {n: [] for n, _ in impls}
         for _ in range(args.rounds):  # interleaved: all see the same clocks
             for n, f in impls:
