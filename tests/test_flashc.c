@@ -327,19 +327,22 @@ static void build_cases(void) {
     }
     { // ragged few queries a sequence (0-4, keys fewer than the queries, none, many; seqused_k): on CUDA
       // each query row runs as a decode sequence of its own where the mask allows (causal, with a left
-      // window or per-head ALiBi; no mask), else the forward kernels (per-sequence ALiBi, a right window)
+      // window, per-head ALiBi, softcap; no mask), else the forward kernels (per-sequence ALiBi, a right
+      // window, ALiBi or a left window without causal)
         static const int lq[] = {1, 3, 0, 4, 2, 1}, lk[] = {100, 2, 5, 300, 0, 1}, uk[] = {90, 2, 5, 260, 0, 0};
         for (int t = 0; t < 3; t++)
-            for (int v = 0; v < 5; v++) {
+            for (int v = 0; v < 7; v++) {
                 tcase c = mk(0, v == 1 ? 4 : 8, v == 1 ? 1 : 2, 0, 0, v == 2 ? 64 : 128, DT3[t]);
                 set_varlen(&c, 6, lq, lk);
-                c.causal = v != 1 && v != 4;
+                c.causal = v != 1 && v < 4;
                 if (v == 2) {
-                    c.win = 1, c.wl = 20, c.wr = -1, c.alibi = 1, c.used = 1;
+                    c.win = 1, c.wl = 20, c.wr = -1, c.alibi = 1, c.softcap = 3.0f, c.used = 1;
                     for (int b = 0; b < 6; b++) c.uk[b] = uk[b];
                 }
                 if (v == 3) c.alibi = 2, c.softcap = 5.0f;
                 if (v == 4) c.win = 1, c.wl = 30, c.wr = 3;
+                if (v == 5) c.alibi = 1;
+                if (v == 6) c.win = 1, c.wl = 50, c.wr = -1;
                 add(c);
             }
     }
