@@ -346,6 +346,16 @@ static __device__ __forceinline__ void wgmma_rs_k(float *d, const uint32_t *a, u
 
 #include "flashc_sm90_wgmma.h"
 
+// X Y^T for N columns, one commit group, X's 64 rows held as A fragments (sm90_load_afrag) and Y
+// rows y0 .. y0 + N - 1 of the YR-row tile at sY (K-major) from shared memory, K = D in steps of 16:
+// the forward's S = Q_i K_j^T with Q_i held, the dQ kernel's S_w and dP_w.
+template <typename T, int D, int N>
+static __device__ __forceinline__ void sm90_issue_rs_k(float *acc, const uint32_t (*Xa)[4], uint32_t sY, int YR, int y0) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) wgmma_rs_k<T, N>(acc, Xa[kk], sm90_desc_kmajor(sY, YR, y0, kk), kk);
+    wgmma_commit();
+}
+
 // ------------------------------------------------------------------------------------------------
 // tile loads (cp.async, generic proxy: the reader runs fence_proxy_async_smem before its wgmma)
 

@@ -162,16 +162,6 @@ static __device__ __forceinline__ void sm90_issue_32(float (&acc)[16], uint32_t 
     wgmma_commit();
 }
 
-// The same with X's 64 rows held as A fragments (sm90_load_afrag): wgmma RS reads only Y's 32 rows
-// from shared memory, 1 KB a k-step instead of 3.
-template <typename T, int D>
-static __device__ __forceinline__ void sm90_issue_32_r(float (&acc)[16], const uint32_t (*Xa)[4], uint32_t sY, int YR,
-                                                       int y0) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wgmma_rs_k<T, 32>(acc, Xa[kk], sm90_desc_kmajor(sY, YR, y0, kk), kk);
-    wgmma_commit();
-}
-
 // The keys query q sees, key_lo(q) <= key < key_hi(q), as a band on the diagonal distance
 // d = key - q: dlo <= d <= dhi (INT_MIN / INT_MAX where the window is unbounded), and key < sk.
 // One subtraction and two compares per score instead of key_lo / key_hi per query (64-bit
@@ -985,8 +975,8 @@ __global__ void __launch_bounds__(384, 1)
 
             float S[16], dP[16];
             wgmma_fence();
-            sm90_issue_32_r<T, D>(S, Qa, sK, BN, 32 * wg);
-            if constexpr (DO_REGS) sm90_issue_32_r<T, D>(dP, dOa, sV, BN, 32 * wg);
+            sm90_issue_rs_k<T, D, 32>(S, Qa, sK, BN, 32 * wg); // (RS: 1 KB of shared memory a k-step, not 3)
+            if constexpr (DO_REGS) sm90_issue_rs_k<T, D, 32>(dP, dOa, sV, BN, 32 * wg);
             else sm90_issue_32<T, D>(dP, sdO, BM, 0, sV, BN, 32 * wg);
 
             const bool masked = !(n0 >= full_lo && n0 + BN <= full_hi);

@@ -144,15 +144,6 @@ static __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t sQ, uint
     wgmma_commit();
 }
 
-// The same with Q_i in registers (Qa: the A fragments of its k-steps, sm90_load_afrag): B = K_j alone
-// from shared memory.
-template <typename T, int D, int BN>
-static __device__ __forceinline__ void sm90_issue_qk_r(float *S, const uint32_t (*Qa)[4], uint32_t sK) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wgmma_rs_k<T, BN>(S, Qa[kk], sm90_desc_kmajor(sK, BN, 0, kk), kk > 0);
-    wgmma_commit();
-}
-
 // O += P V_j (one k-step per 32 bytes of P's row), committed as one group: V_j MN-major (BN rows),
 // or for e4m3 V_j^T K-major (D rows).
 template <typename T, int D, int BN>
@@ -1030,7 +1021,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 wgmma_fence();
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 2);
                 if constexpr (QR)
-                    sm90_issue_qk_r<T, D, BN>(S, Qa, sK0 + st * KV_BYTES);
+                    sm90_issue_rs_k<T, D, BN>(S, Qa, sK0 + st * KV_BYTES, BN, 0); // Q_i held
                 else
                     sm90_issue_qk<T, D, BM, BN>(S, sQ, sK0 + st * KV_BYTES, c);
                 if (t > 0) {
