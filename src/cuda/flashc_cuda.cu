@@ -482,20 +482,54 @@ static cudaError_t paged_gather(const flashc_problem *p, const void *k, const vo
 // its key count, min(its cu_seqlens_k length, seqused_k[b]), is written into the workspace first
 // (the cache lengths); and the kernel's lse, (B, H, sq), goes to (H, total_q) after (two small
 // launches). The decode grid takes at most 65535 sequences and kv heads.
+//
+// Varlen with ragged query counts, none above FWD_DECODE_RAGGED_SQ (a batch mixing generation steps,
+// short speculative runs and finished sequences): each query row becomes a sequence of its own, with
+// one query, the key row its sequence starts at (cache_batch_idx), and as cache length the keys it
+// may see up to its diagonal: i + n_b - sq_b + 1 under a causal mask, so that the kernel's diagonal
+// (cache length - 1) is the row's own, n_b without one. That is exact where only the diagonal and
+// the left window matter (causal, with or without a left window or per-head ALiBi), or nothing
+// does (no mask, no ALiBi); a right window, a left window without causal, ALiBi without causal, a
+// per-sequence ALiBi slope and paged K/V keep the forward kernels. It reads a kv group's K and V
+// once per query row rather than once, so the bound stays small: at <= 4 rows the 3.6-7.6x of the
+// decode kernel over the forward kernels at these shapes (below) outweighs the extra reads (the
+// bound itself is not measured).
 // H200, bf16 GQA 32/8 d128, GB/s of K + V, forward kernels -> decode route (SDPA CUDNN): batch 1
 // kv 4k 332 -> 1279 (1145), kv 16k 367 -> 2792 (2544); batch 16 kv 16k 1248 -> 4497 (4553), its
 // seqlen_q 4 1246 -> 4458 (1412) (bench/results/h200-2026-12-05-s33-call5.txt).
 #define FWD_DECODE_ROWS 16
+#define FWD_DECODE_RAGGED_SQ 4
+enum { DEC_NO, DEC_BATCH, DEC_ROWS }; // fwd_by_decode: not this route; (B, sq) as a batch; a row a sequence
+
+// Ragged varlen as one query row a sequence (above): DEC_ROWS when every sequence's rows may.
+static int fwd_by_decode_rows(const flashc_problem *p, flashc_problem *dec) {
+    const int causal = p->window_right == 0;
+    if (p->block_table || p->cu_q_host[0] != 0 || p->total_q > 65535 || p->total_q <= 0) return DEC_NO;
+    if (!causal && (p->window_right > 0 || p->window_left >= 0 || p->alibi_slopes)) return DEC_NO;
+    if (p->alibi_slopes && p->alibi_batch_stride != 0) return DEC_NO;
+    for (int b = 0; b < p->B; b++) {
+        const int sq = p->cu_q_host[b + 1] - p->cu_q_host[b];
+        if (sq > FWD_DECODE_RAGGED_SQ || (int64_t)sq * p->group > FWD_DECODE_ROWS) return DEC_NO;
+    }
+    *dec = *p;
+    dec->varlen = 0;
+    dec->B = (int32_t)p->total_q, dec->Sq = 1;
+    dec->q_stride[0] = p->q_stride[1], dec->o_stride[0] = p->o_stride[1];
+    dec->k_stride[0] = p->k_stride[1], dec->v_stride[0] = p->v_stride[1];
+    dec->cache_batch_idx = NULL; // the rows' first key rows, written into the workspace at the call
+    return DEC_ROWS;
+}
+
 static int fwd_by_decode(const flashc_problem *p, flashc_problem *dec) {
-    if (p->dtype == FLASHC_DTYPE_E4M3 || p->Sq <= 0 || p->B > 65535 || p->H_kv > 65535) return 0;
+    if (p->dtype == FLASHC_DTYPE_E4M3 || p->Sq <= 0 || p->B > 65535 || p->H_kv > 65535) return DEC_NO;
     int sq = p->Sq;
     if (p->varlen) {
         sq = p->cu_q_host[1] - p->cu_q_host[0];
-        if (p->cu_q_host[0] != 0 || sq <= 0) return 0;
         for (int b = 1; b < p->B; b++)
-            if (p->cu_q_host[b + 1] - p->cu_q_host[b] != sq) return 0;
+            if (p->cu_q_host[b + 1] - p->cu_q_host[b] != sq) return fwd_by_decode_rows(p, dec);
+        if (p->cu_q_host[0] != 0 || sq <= 0) return DEC_NO;
     }
-    if ((int64_t)sq * p->group > FWD_DECODE_ROWS) return 0;
+    if ((int64_t)sq * p->group > FWD_DECODE_ROWS) return DEC_NO;
     *dec = *p;
     if (p->varlen) { // the batch-mode view flashc__cuda_kvcache takes
         dec->varlen = 0;
@@ -508,17 +542,22 @@ static int fwd_by_decode(const flashc_problem *p, flashc_problem *dec) {
             dec->v_stride[0] = p->v_stride[1];
         }
     }
-    return 1;
+    return DEC_BATCH;
 }
 
-// Varlen decode route: key counts (int32, B) and the lse in (B, H, sq) in the workspace after the
-// decode kernel's own part (dec_ws), each at a 256-byte offset.
-static size_t dec_varlen_lens_off(size_t dec_ws) { return (dec_ws + 255) & ~(size_t)255; }
-static size_t dec_varlen_lse_off(size_t dec_ws, const flashc_problem *p) {
-    return dec_varlen_lens_off(dec_ws) + (((size_t)p->B * sizeof(int32_t) + 255) & ~(size_t)255);
+// Varlen decode route, in the workspace after the decode kernel's own part (dec_ws), each at a
+// 256-byte offset: the key counts and (DEC_ROWS) the first key rows, int32 a decode sequence each,
+// then the lse in (B, H, sq) of the decode view.
+static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; }
+static size_t dec_varlen_lens_off(size_t dec_ws) { return up256(dec_ws); }
+static size_t dec_varlen_row0_off(size_t dec_ws, const flashc_problem *dec) {
+    return dec_varlen_lens_off(dec_ws) + up256((size_t)dec->B * sizeof(int32_t));
 }
-static size_t dec_varlen_ws(size_t dec_ws, const flashc_problem *p, const flashc_problem *dec) {
-    return dec_varlen_lse_off(dec_ws, p) + (size_t)dec->B * dec->H * dec->Sq * sizeof(float);
+static size_t dec_varlen_lse_off(size_t dec_ws, const flashc_problem *dec) {
+    return dec_varlen_row0_off(dec_ws, dec) + up256((size_t)dec->B * sizeof(int32_t));
+}
+static size_t dec_varlen_ws(size_t dec_ws, const flashc_problem *dec) {
+    return dec_varlen_lse_off(dec_ws, dec) + (size_t)dec->B * dec->H * dec->Sq * sizeof(float);
 }
 
 __global__ void flashc_varlen_lens_kernel(const int32_t *cu_k, const int32_t *seqused_k, int B, int32_t *lens) {
@@ -526,6 +565,24 @@ __global__ void flashc_varlen_lens_kernel(const int32_t *cu_k, const int32_t *se
         int n = cu_k[b + 1] - cu_k[b];
         if (seqused_k && seqused_k[b] < n) n = seqused_k[b];
         lens[b] = n < 0 ? 0 : n;
+    }
+}
+
+// DEC_ROWS: query row cu_q[b] + i of sequence b as a decode sequence of its own: its keys start at
+// row cu_k[b] (row0) and number n_b = min(cu_k length, seqused_k[b]), or under a causal mask those
+// up to its diagonal, i + n_b - sq_b + 1 (none if that is <= 0)
+__global__ void flashc_varlen_rows_kernel(const int32_t *cu_q, const int32_t *cu_k, const int32_t *seqused_k, int B,
+                                          int causal, int32_t *row0, int32_t *lens) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+        int n = cu_k[b + 1] - cu_k[b];
+        if (seqused_k && seqused_k[b] < n) n = seqused_k[b];
+        n = n < 0 ? 0 : n;
+        const int q0 = cu_q[b], sq = cu_q[b + 1] - q0;
+        for (int i = 0; i < sq; i++) {
+            const int vis = causal ? n - sq + 1 + i : n;
+            row0[q0 + i] = cu_k[b];
+            lens[q0 + i] = vis < 0 ? 0 : vis;
+        }
     }
 }
 
@@ -559,7 +616,7 @@ static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
         flashc_kvcache_args kv;
         fwd_as_kvcache(&dec, NULL, &kv);
         const size_t ws = cuda_kvcache_ws(ctx, &dec, &kv);
-        return p->varlen ? dec_varlen_ws(ws, p, &dec) : ws;
+        return p->varlen ? dec_varlen_ws(ws, &dec) : ws;
     }
     flashc_problem dense;
     const flashc_problem *f = fwd_problem(p, &dense);
@@ -619,15 +676,23 @@ static flashc_status fwd_dense(flashc_ctx *ctx, const flashc_problem *p, const f
 static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
     const int own_ws = a->ws == ctx->ws;
     flashc_problem dec;
-    if (fwd_by_decode(p, &dec)) {
+    const int route = fwd_by_decode(p, &dec);
+    if (route != DEC_NO) {
         flashc_kvcache_args kv;
         fwd_as_kvcache(&dec, a, &kv);
         if (!p->varlen) return cuda_fwd_kvcache(ctx, &dec, &kv);
         const size_t ws = cuda_kvcache_ws(ctx, &dec, &kv);
         int32_t *lens = (int32_t *)((char *)a->ws + dec_varlen_lens_off(ws));
-        float *lse_bhs = (float *)((char *)a->ws + dec_varlen_lse_off(ws, p));
+        int32_t *row0 = (int32_t *)((char *)a->ws + dec_varlen_row0_off(ws, &dec));
+        float *lse_bhs = (float *)((char *)a->ws + dec_varlen_lse_off(ws, &dec));
         cudaStream_t stream = (cudaStream_t)a->stream;
-        flashc_varlen_lens_kernel<<<(p->B + 255) / 256, 256, 0, stream>>>(p->cu_k, p->seqused_k, p->B, lens);
+        if (route == DEC_ROWS) {
+            flashc_varlen_rows_kernel<<<(p->B + 255) / 256, 256, 0, stream>>>(p->cu_q, p->cu_k, p->seqused_k, p->B,
+                                                                           p->window_right == 0, row0, lens);
+            dec.cache_batch_idx = row0;
+        } else {
+            flashc_varlen_lens_kernel<<<(p->B + 255) / 256, 256, 0, stream>>>(p->cu_k, p->seqused_k, p->B, lens);
+        }
         FLASHC_CUDA_TRY(ctx, cudaGetLastError());
         kv.cache_seqlens = lens;
         if (a->lse) kv.lse = lse_bhs;
