@@ -312,9 +312,12 @@ static __device__ __forceinline__ bool sm90_bwd_merge(const flashc_bwd_params &p
     }
     bar_sync(4, NT);
     if (tid == 0) {
-        griddep_wait(); // the whole blocks' launch has completed: what runs after this grid sees its stores too
         const int last = atom_add_acq_rel_gpu(p.part_cnt + t, 1) == P - 1;
         if (last) p.part_cnt[t] = 0; // every piece has counted
+        // the last piece waits for the whole blocks' launch to complete, so that this grid cannot
+        // complete before it and what runs after sees its stores too (one waiting thread suffices;
+        // the other pieces leave their SMs at once)
+        if (last) griddep_wait();
         *flag = last;
     }
     bar_sync(4, NT);
