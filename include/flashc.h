@@ -219,7 +219,12 @@ FLASHC_API flashc_status flashc_fwd(flashc_ctx *ctx, const flashc_attn_desc *d,
 /* Backward: given dout, and o and lse from flashc_fwd on the same inputs, writes dq, dk, dv
  * (dtype d->dtype, strides dq/dk/dv_stride). dk and dv sum over the query heads of a GQA group.
  * workspace as for the forward (fp32 dQ accumulators, D = rowsum(dO * O)).
- * d->deterministic = 1 gives bit-identical results run to run (the CPU backend always is). */
+ * d->deterministic = 1 gives bit-identical results run to run (the CPU backend always is).
+ * Note: on Hopper, batch-mode problems without a mask or seqused_k at head_dim <= 128, with 2048
+ * query rows and up, split the last key blocks between CTAs where the grid leaves a partial last
+ * round: the workspace then holds their fp32 dK, dV partials (up to 52 MB on 132 SMs; each call
+ * zeroes its counters), and dk, dv depend on the SM count (and on FLASHC_CUDA_CTAS), still
+ * bit-identical run to run with d->deterministic = 1. */
 FLASHC_API flashc_status flashc_bwd(flashc_ctx *ctx, const flashc_attn_desc *d,
                                     const void *q, const void *k, const void *v,
                                     const void *o, const float *lse, const void *dout,

@@ -98,7 +98,8 @@ static flashc_status cuda_init(flashc_ctx *ctx) {
     env = getenv("FLASHC_CUDA_CTAS");
     pv->max_ctas = env ? atoi(env) : 0;
     // FLASHC_CUDA_SPLIT_KEYS=N: the forward's stream-K tail on rows of N keys and up instead of
-    // flashc_cuda_fwd_split_keys' (0: wherever it applies, so that the tests reach it)
+    // flashc_cuda_fwd_split_keys', and the backward's tail split on N query rows and up instead of
+    // flashc_cuda_bwd_split_rows' (0: wherever they apply, so that the tests reach them)
     env = getenv("FLASHC_CUDA_SPLIT_KEYS");
     pv->split_keys = env && env[0] >= '0' && env[0] <= '9' ? atoi(env) : -1;
     ctx->priv = pv;
@@ -748,11 +749,42 @@ static void ws_layout(const flashc_problem *p, int acc, int64_t *rows_per_head, 
     *total = 2 * arr + (!acc || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + WS_TMA_SLACK);
 }
 
+// The sm90 backward's tail split (sm90_bwd_piece_of in flashc_sm90_bwd.cuh): where the key blocks
+// (one CTA an SM) leave a last round of T < G blocks, those run as P CTAs each, P in 2..4 for the
+// fewest rounds of pieces (T = 68 of G = 132: P = 3, 15.67 rounds instead of 16). Batch mode, no
+// mask, no seqused_k, D <= 128, the TMA mode of 2 stages (the only one with the SPLIT instance),
+// rows of flashc_cuda_bwd_split_rows and up. Returns the bytes of its area (T P slots of 256
+// threads x D floats, then T counters; 0: no split) and the plan.
+static size_t bwd_split_plan(const flashc_ctx *ctx, const flashc_problem *p, int *tail0, int *pieces, size_t *cnt_off) {
+    const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
+    const int Dp = padded_head_dim(p->D);
+    const int64_t rows = pv->split_keys >= 0 ? pv->split_keys : flashc_cuda_bwd_split_rows(Dp);
+    const int G = grid_sms(pv);
+    *tail0 = 0, *pieces = 1;
+    if (!pv->sm90 || Dp > 128 || p->varlen || p->seqused_k || p->window_left >= 0 || p->window_right >= 0 ||
+        (pv->sm90_pp != 0 && pv->sm90_pp != 3) || G < 2 || (int64_t)p->Sq < rows)
+        return 0;
+    const int64_t N = (int64_t)((p->Sk + 127) / 128) * p->B * p->H_kv, T = N % G;
+    if (N <= G || T == 0 || N > 0x7fffffff / 4) return 0;
+    double best = 1.0;
+    for (int P = 2; P <= 4; P++) {
+        const double r = (double)((T * P + G - 1) / G) / P; // rounds of pieces
+        if (r < best - 1e-9) best = r, *pieces = P;
+    }
+    if (*pieces == 1) return 0;
+    *tail0 = (int)(N - T);
+    *cnt_off = (size_t)T * *pieces * 256 * Dp * sizeof(float);
+    return *cnt_off + (size_t)T * sizeof(int);
+}
+
 static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     int64_t rph, rows;
     size_t od, oq, total;
+    int tail0, pieces;
+    size_t cnt_off;
     ws_layout(p, dq_acc_needed(ctx, p), &rph, &rows, &od, &oq, &total);
-    return total;
+    const size_t split = bwd_split_plan(ctx, p, &tail0, &pieces, &cnt_off);
+    return split ? ((total + 255) & ~(size_t)255) + split : total;
 }
 
 // The sm90 backward grids' causal tail (grid_tail_lpt), planned for the SMs that run the grid.
@@ -800,6 +832,13 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     P.sm90_loop = ((const flashc_cuda_priv *)ctx->priv)->sm90_pp;
     P.lpt_sms = bwd_lpt_sms(ctx, p);
     cudaStream_t stream = (cudaStream_t)a->stream;
+    size_t cnt_off;
+    const size_t split = bwd_split_plan(ctx, p, &P.sk_tail0, &P.sk_pieces, &cnt_off);
+    if (split) { // its area after the others; the counters zeroed for this call (the kernel leaves them 0)
+        P.part = (float *)((char *)a->ws + ((total + 255) & ~(size_t)255));
+        P.part_cnt = (int *)((char *)P.part + cnt_off);
+        FLASHC_CUDA_TRY(ctx, cudaMemsetAsync(P.part_cnt, 0, split - cnt_off, stream));
+    }
     // Hopper: the wgmma kernels with 16-byte aligned tensors (they load only by 16-byte cp.async
     // and TMA); their deterministic mode runs a dQ kernel that adds no atomics. Everything else the
     // mma.sync kernels.

@@ -129,6 +129,9 @@ typedef struct flashc_bwd_params {
     int deterministic;              // 1: dQ by its own kernel (no atomics), bit-identical runs
     int sm90_loop;                  // sm90 kernel (FLASHC_CUDA_SM90): 0 tuned, 1 / 2 cp.async, 3 / 4 TMA, 2 / 3 stages
     int lpt_sms;                    // sm90 grids, causal: the SMs grid_tail_lpt plans the tail for (0: none)
+    float *part;                    // sm90 tail split (sm90_bwd_piece_of): pieces' dK_j, dV_j in the workspace
+    int *part_cnt;                  // ... and a counter per split key block (zeroed by the call)
+    int sk_tail0, sk_pieces;        // sk_pieces > 1: key blocks from CTA sk_tail0 on run as sk_pieces CTAs
 } flashc_bwd_params;
 
 #define FLASHC_WS_PAD 128           // >= every BM in the tuning table

@@ -102,6 +102,12 @@ static constexpr int flashc_cuda_fwd_sm90_short_keys(int D, bool fp8, bool causa
 // 0.96 / 0.99 / 1.00 / 1.02x, e4m3 D = 128 0.94 / 0.95x (S <= 1024), e4m3 D = 256 0.84 / 0.90 /
 // 0.94 / 0.96 / 1.00x.
 static constexpr int flashc_cuda_fwd_split_keys(int D) { return D <= 128 ? 2048 : 16384; }
+// The sm90 backward's tail split (sm90_bwd_piece_of): key blocks seeing this many query rows and up.
+// The forward's bound (flashc_cuda_fwd_split_keys). Above it, one process against the unsplit grid
+// (H100 80GB HBM3, 2026-12-05, bench/results/h100-2026-12-05-s34-call1.txt, 9 rounds, bf16, hidden
+// 2048, B * S = 16k): D = 128 non-causal 1.001 / 1.009 / 1.022 / 1.015 at S = 2k / 4k / 8k / 16k,
+// D = 64 1.002-1.014; causal (never split) 0.993-1.000. Below it (S = 512 / 1024) not measured.
+static constexpr int flashc_cuda_bwd_split_rows(int D) { return flashc_cuda_fwd_split_keys(D); }
 static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = false, bool short_rows = false) {
     return fp8        ? (D <= 128 ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{128, 192, 8, 3, 0, 0, 0, 2})
                                   : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})

@@ -254,6 +254,79 @@ static __device__ __forceinline__ void sm90_ds(const float (&S)[NS], const float
         }
 }
 
+
+// The tail split (batch mode, no mask that skips steps): with 2048 key blocks of 128 on 132 SMs
+// at one CTA an SM, 68 CTAs ran a 16th round while 64 SMs idled (the forward's measurement:
+// bench/results/h200-2026-12-03-s27.txt call 5). The last T key blocks (from CTA p.sk_tail0 on)
+// run as P = p.sk_pieces CTAs each, piece k taking steps [count k / P, count (k + 1) / P) of the
+// block's list, in a second launch of the SPLIT instance: its T P pieces of 1 / P of a block fill
+// the last rounds. The first launch (main's instance, whose loop the SPLIT one's extra state would
+// slow: session 30 measured one SPLIT grid for all 0.974-0.991x at D = 128) skips the tail's CTAs
+// and lets the pieces' launch start as its CTAs free SMs (programmatic dependent launch). The
+// SPLIT CTA's key block, batch and kv head (heads outer, as bwd_key_block_of_cta), its piece and
+// tail index t.
+template <int BN>
+static __device__ __forceinline__ void sm90_bwd_piece_of(const flashc_bwd_params &p, int *n_block, int *b, int *h_kv,
+                                                         int *piece, int *t) {
+    int cta;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta)); // (volatile: derived anew, not kept live, where called again)
+    *t = cta / p.sk_pieces;
+    *piece = cta - *t * p.sk_pieces;
+    cta = p.sk_tail0 + *t;
+    const int n_kb = (p.a.Sk + BN - 1) / BN, bh = cta / n_kb;
+    *n_block = cta - bh * n_kb;
+    *h_kv = bh % p.a.H_kv;
+    *b = bh / p.a.H_kv;
+}
+
+// Programmatic dependent launch: this grid's CTAs let the next launch (made with
+// cudaLaunchAttributeProgrammaticStreamSerialization) start once all have started; and the wait,
+// in that next grid, for the previous one to complete with its stores visible. (No-ops without.)
+static __device__ __forceinline__ void griddep_launch_dependents(void) { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+static __device__ __forceinline__ void griddep_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// A piece's dK_j, dV_j (fp32, each thread its accumulator layout: D / 2 + D / 2) to its slot of the
+// workspace; the CTA counts itself in (the decode's protocol: the stores, a barrier, one thread's
+// acq_rel add; the counter goes back to 0 for the next call). The last piece to count sums every
+// piece's in piece order (the result does not depend on which came last) and returns true to
+// store them; the others return false. FLAG: a word of shared memory (the count's result).
+template <int D, int NT>
+static __device__ __forceinline__ bool sm90_bwd_merge(const flashc_bwd_params &p, int t, int piece, int tid, float *dK,
+                                                      float *dV, volatile int *flag) {
+    const int P = p.sk_pieces;
+    float *const slot = p.part + (int64_t)t * P * NT * D + tid, *const mine = slot + (int64_t)piece * NT * D;
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) {
+        mine[i * NT] = dK[i];
+        mine[(D / 2 + i) * NT] = dV[i];
+    }
+    bar_sync(4, NT);
+    if (tid == 0) {
+        const int last = atom_add_acq_rel_gpu(p.part_cnt + t, 1) == P - 1;
+        if (last) p.part_cnt[t] = 0; // every piece has counted
+        // the last piece waits for the whole blocks' launch to complete, so that this grid cannot
+        // complete before it and what runs after sees its stores too (one waiting thread suffices;
+        // the other pieces leave their SMs at once)
+        if (last) griddep_wait();
+        *flag = last;
+    }
+    bar_sync(4, NT);
+    if (!*flag) return false;
+    // every piece's from the workspace in piece order, this one's too (its registers are free then),
+    // dK_j then dV_j, a piece at a time: loads beside live sums made ptxas spill ~400 bytes at D = 128
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dK[i] = dV[i] = 0.f;
+#pragma unroll 1
+    for (int q = 0; q < P; q++)
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) dK[i] += __ldcg(slot + (int64_t)q * NT * D + i * NT);
+#pragma unroll 1
+    for (int q = 0; q < P; q++)
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) dV[i] += __ldcg(slot + (int64_t)q * NT * D + (D / 2 + i) * NT);
+    return true;
+}
+
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 
 // ------------------------------------------------------------------------------------------------
@@ -299,7 +372,8 @@ typedef struct flashc_sm90_bwd_maps {
 // dev/cuda/ab.py --varlen --bwd, 16k tokens, sequences of ~512 / 2048 / 8192) against the cp.async
 // mode varlen ran before: D = 64 1.08-1.33x, D = 128 1.14-1.38x.
 // DQ = false (the deterministic mode): dK_j and dV_j only; flashc_bwd_sm90_dq_kernel makes dQ.
-template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
+// SPLIT (batch mode, WS on 2 stages; p.sk_pieces > 1): the tail split of sm90_bwd_piece_of below.
+template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true, bool SPLIT = false>
 __global__ void __launch_bounds__(128 * (2 + WS), 1)
     flashc_bwd_sm90_kernel(const __grid_constant__ flashc_bwd_params p, const __grid_constant__ flashc_sm90_bwd_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -327,14 +401,28 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     float *sL = (float *)(sbase + OFF_L), *sDl = (float *)(sbase + OFF_DL);
 
     // --- which (key block, batch, kv head), and the query rows that see some of its keys ---------
-    int n_block, b, h_kv;
-    bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv, true, p.lpt_sms); // heads outer (causal: the tail aside): see there
+    if constexpr (WS && STAGES == 2 && !RAGGED && !SPLIT) // (the instance the tail split's first launch runs)
+        if (p.sk_pieces > 1) { // the whole blocks; the pieces' launch starts as SMs free up
+            griddep_launch_dependents();
+            if ((int)blockIdx.x >= p.sk_tail0) return;
+        }
+    int n_block, b, h_kv, piece = -1, t = 0;
+    if (SPLIT) sm90_bwd_piece_of<BN>(p, &n_block, &b, &h_kv, &piece, &t); // (non-causal: no lpt tail)
+    else bwd_key_block_of_cta(p.a, &n_block, &b, &h_kv, true, p.lpt_sms); // heads outer (causal: the tail aside): see there
     const flashc_cuda_seq s = cuda_seq(p.a, b);
     const int n0 = n_block * BN;
-    if (n0 >= s.sk_len) return;
+    if (n0 >= s.sk_len) return; // (never with SPLIT: batch mode, every key block holds keys)
     int mb_begin, n_mb;
     query_blocks_of_keys(p.a, s, n0, BN, BM, &mb_begin, &n_mb);
-    const int count = n_mb * p.a.group; // (query head of the group, query block) pairs
+    // (query head of the group, query block) pairs: steps k0 .. k0 + count - 1 of the key block's
+    // n_mb * group (a piece: its share of them)
+    int k0 = 0, count = n_mb * p.a.group;
+    if (SPLIT) {
+        const int all = count;
+        k0 = (int)((int64_t)all * piece / p.sk_pieces);
+        count = (int)((int64_t)all * (piece + 1) / p.sk_pieces) - k0;
+    }
+    const int h0 = SPLIT && n_mb > 0 ? h_kv * p.a.group + k0 / n_mb : 0, mb0 = SPLIT && n_mb > 0 ? mb_begin + k0 % n_mb : 0; // step 0's
     const sm90_band band = sm90_key_band(p.a, s);
 
     // step it reads head h_kv group + it / n_mb, query block mb_begin + it % n_mb, ring slot it % STAGES
@@ -363,7 +451,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 tma_prefetch_map(&maps.q);
                 tma_prefetch_map(&maps.dout);
                 for (int it = 0; it < count; it++) {
-                    const int st = it % STAGES, h = h_kv * p.a.group + it / n_mb, mm0 = (mb_begin + it % n_mb) * BM;
+                    const int k = SPLIT ? k0 + it : it; // (the block's step)
+                    const int st = it % STAGES, h = h_kv * p.a.group + k / n_mb, mm0 = (mb_begin + k % n_mb) * BM;
                     const uint32_t bar = ring_acquire(full0, empty0, it, STAGES, 2 * TILE_Q + (OWN_STATS ? 0 : 2 * BM * 4));
                     const int row = RAGGED ? s.q_row0 + mm0 : mm0, bm = RAGGED ? 0 : b; // RAGGED: packed rows
                     sm90_tma_rows<BM, D * 2, 2>(base + OFF_Q + st * TILE_Q, &maps.q, 0, row, h, bm, bar);
@@ -397,21 +486,21 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
         const uint16_t *Vg = (const uint16_t *)p.v + b * p.v_bs + (s.k_row0 + n0) * p.v_rs + h_kv * p.v_hs;
         sm90_load_tile<BN, D, NTHREADS>(sK, Kg, p.k_rs, s.sk - n0, p.a.D, p.k, tid);
         sm90_load_tile<BN, D, NTHREADS>(sV, Vg, p.v_rs, s.sk - n0, p.a.D, p.v, tid);
-        if (!WS)
+        if (!WS) // (not SPLIT)
             sm90_load_q_block<BM, D, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, base + OFF_Q, base + OFF_DO,
                                                sL, sDl, tid);
         // STATS_WARP: the loading warp (a lane-0 shuffle, so that ptxas branches the others over it)
         // and the workspace row of the step's lse2_i, D_i (+ ws_rows_per_head a head, carried)
-        int64_t srow = ws_row(p, b, h_kv * p.a.group, s) + mb_begin * BM;
+        int64_t srow = ws_row(p, b, SPLIT ? h0 : h_kv * p.a.group, s) + (SPLIT ? mb0 : mb_begin) * BM;
         const bool stats_warp = STATS_WARP && __shfl_sync(0xffffffffu, tid >> 5, 0) == 0;
         if (stats_warp) sm90_load_stats_warp<BM>(p, srow, sL, sDl, lane);
         else if (OWN_STATS && !STATS_WARP)
-            sm90_load_stats<BM, NTHREADS>(p, s, b, h_kv * p.a.group, mb_begin * BM, sL, sDl, tid);
+            sm90_load_stats<BM, NTHREADS>(p, s, b, SPLIT ? h0 : h_kv * p.a.group, (SPLIT ? mb0 : mb_begin) * BM, sL, sDl, tid);
         cp_async_commit();
 
         // the head, query block, ring slot and phase of step it, carried from step to step (no division
         // by n_mb or STAGES at the head of every step)
-        int h = h_kv * p.a.group, mb = mb_begin, st = 0, ph = 0;
+        int h = SPLIT ? h0 : h_kv * p.a.group, mb = SPLIT ? mb0 : mb_begin, st = 0, ph = 0;
         const int mb_end = mb_begin + n_mb;
         for (int it = 0; it < count; it++) {
             const int mm0 = mb * BM;
@@ -577,6 +666,17 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 st = 0;
                 ph ^= 1;
             }
+        }
+    }
+
+    // a piece of a split key block: the last of its pieces goes on with the sum of all (piece and t
+    // derived again from blockIdx: kept live through the loop they made ptxas spill ~380 bytes at
+    // D = 128)
+    if (SPLIT) {
+        sm90_bwd_piece_of<BN>(p, &n_block, &b, &h_kv, &piece, &t);
+        if (!sm90_bwd_merge<D, NTHREADS>(p, t, piece, tid, dK, dV, (volatile int *)(sbase + OFF_BAR + 56))) {
+            if (DQ) bulk_wait_all(); // (the issuing threads) the dQ reductions are done with this CTA's shared memory
+            return;
         }
     }
 
@@ -1062,20 +1162,39 @@ static bool flashc_sm90_bwd_dq_map(const flashc_bwd_params *p, CUtensorMap *m) {
 // nothing launched for an empty grid, a grid past int32 refused.
 typedef void (*flashc_sm90_bwd_fn)(const flashc_bwd_params, const flashc_sm90_bwd_maps);
 static cudaError_t flashc_sm90_bwd_go(flashc_sm90_bwd_fn k, long long blocks, int threads, int smem, const flashc_bwd_params *p,
-                                      const flashc_sm90_bwd_maps &maps, cudaStream_t stream) {
+                                      const flashc_sm90_bwd_maps &maps, cudaStream_t stream, bool pdl = false) {
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    if (blocks) k<<<(unsigned)blocks, threads, smem, stream>>>(*p, maps);
-    return cudaGetLastError();
+    if (e != cudaSuccess || !blocks) return e;
+    if (!pdl) {
+        k<<<(unsigned)blocks, threads, smem, stream>>>(*p, maps);
+        return cudaGetLastError();
+    }
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = stream;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, *p, maps);
 }
 
 template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
 static cudaError_t flashc_cuda_bwd_sm90_run(flashc_bwd_params *p, const flashc_sm90_bwd_maps &maps, cudaStream_t stream) {
     constexpr int BN = 128;
     const long long blocks = (long long)((p->a.Sk + BN - 1) / BN) * p->a.B * p->a.H_kv;
-    return flashc_sm90_bwd_go(flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED, DQ>, blocks, 128 * (2 + WS),
-                              flashc_sm90_bwd_smem(D, STAGES), p, maps, stream);
+    cudaError_t e = flashc_sm90_bwd_go(flashc_bwd_sm90_kernel<T, D, WS, STAGES, RAGGED, DQ>, blocks, 128 * (2 + WS),
+                                       flashc_sm90_bwd_smem(D, STAGES), p, maps, stream);
+    if constexpr (WS && STAGES == 2 && !RAGGED)
+        if (e == cudaSuccess && p->sk_pieces > 1) // the tail split's pieces (sm90_bwd_piece_of), an instance of their own
+            e = flashc_sm90_bwd_go(flashc_bwd_sm90_kernel<T, D, WS, STAGES, false, DQ, true>,
+                                   (blocks - p->sk_tail0) * p->sk_pieces, 128 * (2 + WS), flashc_sm90_bwd_smem(D, STAGES), p,
+                                   maps, stream, true);
+    return e;
 }
 
 // WS: the cp.async mode where the maps cannot be made; varlen on the RAGGED instance (2 stages).
