@@ -425,7 +425,8 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
     const int h0 = SPLIT && n_mb > 0 ? h_kv * p.a.group + k0 / n_mb : 0, mb0 = SPLIT && n_mb > 0 ? mb_begin + k0 % n_mb : 0; // step 0's
     const sm90_band band = sm90_key_band(p.a, s);
 
-    // step it reads head h_kv group + it / n_mb, query block mb_begin + it % n_mb, ring slot it % STAGES
+    // step it reads the block's step k = k0 + it (k0 = 0 unless SPLIT): head h_kv group + k / n_mb, query
+    // block mb_begin + k % n_mb; ring slot it % STAGES
     const uint32_t full0 = base + OFF_BAR, empty0 = full0 + 8 * STAGES;
     // WS on 2 stages: the consumers bring lse2_i, D_i themselves (cp.async, a step ahead, ordered by
     // their named barrier), not the producer by bulk copies. racecheck reports the bulk copies
