@@ -7,6 +7,8 @@ Prints GB/s of K + V read per build and the largest |o - o_first build|.
 Usage: python3 dev/cuda/ab_decode.py LIB [LIB ...] [--shapes 1x16384x1,16x16384x1] [--splits 0,16] [--host]
 --fwd times flashc_fwd (the dense entry point) on the same cache instead of flashc_fwd_kvcache;
 --fwd --ragged as varlen with 1 .. Sq queries a sequence (flashc builds only).
+--page P (with --fwd): the cache as a pool of P-key pages through a shuffled block table (flashc builds
+only; the same memory, so the bytes read are the same).
 """
 import argparse
 import os
@@ -49,6 +51,7 @@ def main():
     ap.add_argument("--fwd", action="store_true", help="flashc_fwd instead of flashc_fwd_kvcache")
     ap.add_argument("--ragged", action="store_true",
                     help="with --fwd: varlen, sequence b with (b %% Sq) + 1 queries and Sk keys (no SDPA beside)")
+    ap.add_argument("--page", type=int, default=0, help="with --fwd: paged K / V, pages of this many keys")
     ap.add_argument("--host", action="store_true",
                     help="also print each impl's host time per call (100 calls queued with no sync, Python included)")
     args = ap.parse_args()
@@ -89,6 +92,11 @@ def main():
             lse = torch.empty(H, cu[-1], device="cuda", dtype=torch.float32)
             d.seqlen_q = max(lq)
             d.cu_seqlens_q, d.cu_seqlens_k = cuq.data_ptr(), cuk.data_ptr()
+        if args.page:  # every copy read as (B * Sk / P, P, H_kv, D) pages, the table a permutation
+            assert args.fwd and Sk % args.page == 0, "--page P needs --fwd and P dividing Sk"
+            pps = Sk // args.page
+            table = torch.randperm(B * pps, device="cuda").to(torch.int32).view(B, pps).contiguous()
+            d.block_table, d.block_table_stride, d.page_size, d.num_pages = table.data_ptr(), pps, args.page, B * pps
         it = [0]
         impls, outs = [], []
         for li, fc in enumerate(fcs):
@@ -114,7 +122,7 @@ def main():
                                                           vs[i].transpose(1, 2), enable_gqa=True)
             return f
         n_libs = len(impls)
-        if not args.ragged:
+        if not args.ragged and not args.page:
             impls += [("flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
         t = {n: [] for n, _ in impls}
         for _ in range(args.rounds):  # interleaved: all see the same clocks
