@@ -594,7 +594,8 @@ typedef struct pgc {
     int used;     // seqused_k below, at 0 and above (capped) the key counts; table entries past them garbage
     int misalign; // the pools one element past a 16-byte boundary (CUDA: the gather's 2-byte path)
     int own_ws;   // a workspace of flashc_fwd_workspace_size bytes, 64 bytes past a 256-byte boundary
-    int big;      // head dim of a case with hundreds of keys (CUDA: the wgmma TMA kernel); 0: D = 32, 90 keys
+    int big;      // head dim of a case with hundreds of keys (CUDA: the wgmma TMA kernel, or with few the
+                  // decode kernel's split-KV); 0: D = 32, 90 keys
     int few;      // seqlen_q 4 (varlen: 1, 1, 4 queries): the decode kernel's range (the CPU's fwd_by_decode)
 } pgc;
 
@@ -602,7 +603,7 @@ static void run_paged_fwd(flashc_ctx *ctx, const char *bname, pgc c, uint64_t se
     if (tc_on_dev(ctx) && c.dt == FLASHC_DTYPE_F32) c.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
     const flashc_dtype dt = c.dt;
     char label[256];
-    const int B = 3, H = 4, Hkv = 2, D = c.big ? c.big : 32, Sq = c.big ? 256 : c.few ? 4 : 40, Sk = c.big ? 520 : 90;
+    const int B = 3, H = 4, Hkv = 2, D = c.big ? c.big : 32, Sq = c.few ? 4 : c.big ? 256 : 40, Sk = c.big ? 520 : 90;
     snprintf(label, sizeof label,
              "paged fwd %s %s page=%d varlen=%d causal=%d seqused_k=%d misaligned=%d own_ws=%d D=%d Sq=%d", bname,
              tc_dtype_name(dt), c.page, c.varlen, c.causal, c.used, c.misalign, c.own_ws, D, Sq);
@@ -611,7 +612,7 @@ static void run_paged_fwd(flashc_ctx *ctx, const char *bname, pgc c, uint64_t se
     static const int32_t cuq_s[4] = {0, 40, 41, 70}, cuk_s[4] = {0, 90, 91, 131};
     static const int32_t cuq_b[4] = {0, 256, 257, 400}, cuk_b[4] = {5, 525, 526, 900};
     static const int32_t cuq_f[4] = {0, 1, 2, 6};
-    const int32_t *cuq = c.big ? cuq_b : c.few ? cuq_f : cuq_s, *cuk = c.big ? cuk_b : cuk_s;
+    const int32_t *cuq = c.few ? cuq_f : c.big ? cuq_b : cuq_s, *cuk = c.big ? cuk_b : cuk_s;
     const size_t es = flashc__dtype_size(dt);
     int32_t lk[3], used[3], sk[3]; // keys: of the layout, seqused_k, seen
     for (int b = 0; b < B; b++) {
@@ -1350,10 +1351,17 @@ int main(int argc, char **argv) {
                                 {FLASHC_DTYPE_F32, 16, 1, 1, 1, 0, 1, 64, 0},
                                 {FLASHC_DTYPE_BF16, 128, 0, 1, 1, 1, 0, 128, 0}};
             for (int i = 0; i < 3; i++) run_paged_fwd(ctx, names[bi], big[i], g_seed + 130 + i);
-            for (int i = 0; i < 8; i++) { // a few queries a sequence: the decode kernel's range
-                pgc c = {i % 2 ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, i / 4 ? 16 : 1, i / 2 % 2, 1, i % 2, 0, 0, 0, 1};
+            for (int i = 0; i < 8; i++) { // a few queries a sequence: the decode kernel's range (the varlen
+                // ones, i & 2: 1, 1, 4 queries, on CUDA a query row a decode sequence), in the caller's
+                // workspace (i = 2, 6), on misaligned pools (i = 3, 7), one without a mask (i = 7)
+                pgc c = {i % 2 ? FLASHC_DTYPE_BF16 : FLASHC_DTYPE_F32, i / 4 ? 16 : 1, i / 2 % 2, i != 7, i % 2,
+                         i % 4 == 3, i % 4 == 2, 0, 1};
                 run_paged_fwd(ctx, names[bi], c, g_seed + 140 + i);
             }
+            const pgc few_big[3] = {{FLASHC_DTYPE_BF16, 16, 1, 1, 1, 0, 1, 128, 1}, // hundreds of keys: split-KV
+                                    {FLASHC_DTYPE_F32, 256, 1, 0, 0, 0, 0, 64, 1},
+                                    {FLASHC_DTYPE_BF16, 16, 0, 1, 0, 0, 0, 128, 1}};
+            for (int i = 0; i < 3; i++) run_paged_fwd(ctx, names[bi], few_big[i], g_seed + 150 + i);
         }
         const flashc_dtype dts[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
         for (int pd = 0; pd < 3; pd++)
