@@ -11,6 +11,10 @@
 //   kv_dec      the decode kernel's grid and cp.async rings without its math: per-head CTAs with
 //               per-step jitter ("drift") or whole-row CTAs of 8 warps (B = 16, S = 16k), then
 //               per-head CTAs on K alone or K and V (B = 16, S = 16k / 64k)
+//   kv_even     kv_dec's loads (B = 16, 8 heads: 128 (sequence, head) items of S rows) dealt evenly over
+//               any number of CTAs, each a contiguous run of 16-row steps across item boundaries:
+//               does a grid of all the SMs (132) read the batch-16 decode pattern faster than the
+//               128 per-head CTAs do? (KV_EVEN=1: only kv_dec and kv_even, then exit)
 //   kv_cpasync  the KV pattern by per-warp cp.async rings (the decode kernel's load path): kv_dec
 //               over the whole buffer as one sequence, K alone
 //   kv_bulkdec  the decode grid by per-warp rings of 1-D bulk copies, one per 256-byte row (first)
@@ -162,6 +166,46 @@ __global__ void kv_dec_kernel(const char *k, const char *v, int S, int drift, in
     if (acc == 0x12345678u) *sink = acc;
 }
 
+// kv_dec's per-warp cp.async rings (K_j then V_j of 16 rows a stage) over the T = items * S / 16 steps
+// of all (sequence, head) items in order, CTA c taking steps [c T / G, (c + 1) T / G) and each of its
+// warps a quarter of them; a step's item and row come from its index (S a multiple of 16)
+template <int NST>
+__global__ void kv_even_kernel(const char *k, const char *v, int S, int items, unsigned *sink) {
+    extern __shared__ __align__(1024) char sm[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, spi = S / 16; // steps per item
+    const long long T = (long long)items * spi, c0 = T * blockIdx.x / gridDim.x, c1 = T * (blockIdx.x + 1) / gridDim.x;
+    const long long q = (c1 - c0 + 3) / 4, w0 = min(c1, c0 + warp * q), w1 = min(c1, w0 + q);
+    const int steps = (int)(w1 - w0);
+    const uint32_t ring = smem_u32(sm) + warp * NST * 8192;
+    auto load = [&](int t) {
+        const long long g = w0 + t;
+        const int item = (int)(g / spi), head = item % 8, seq = item / 8;
+        const size_t row = (size_t)seq * S + (size_t)(g - (long long)item * spi) * 16;
+        const size_t off = (size_t)head * 256 + lane % 16 * 16;
+        const uint32_t dst = ring + (t % NST) * 8192 + lane % 16 * 16;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const int r = lane / 16 * 8 + kk;
+            cp_async_16(dst + r * 256, k + off + (row + r) * 2048, 16);
+            cp_async_16(dst + 4096 + r * 256, v + off + (row + r) * 2048, 16);
+        }
+    };
+    for (int t = 0; t < NST - 1; t++) {
+        if (t < steps) load(t);
+        cp_async_commit();
+    }
+    unsigned acc = 0;
+    for (int t = 0; t < steps; t++) {
+        if (t + NST - 1 < steps) load(t + NST - 1);
+        cp_async_commit();
+        cp_async_wait<NST - 1>();
+        __syncwarp();
+        acc ^= *(volatile unsigned *)(sm + warp * NST * 8192 + (t % NST) * 8192 + lane * 128);
+        __syncwarp();
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
 // the decode grid (as kv_dec, per-head CTAs) by 1-D bulk copies (TMA) instead of cp.async: per warp
 // step, lane l < 16 copies the 256 bytes of key row l of K, lane 16 + l those of V, each one
 // cp.async.bulk completing on the stage's mbarrier (8 KB a stage)
@@ -212,6 +256,21 @@ int main() {
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     printf("4 GiB read once, GB/s (median of 15); %d SMs\n", sms);
     const size_t n4 = bytes / 16;
+    if (getenv("KV_EVEN")) { // batch 16's decode loads: 128 per-head CTAs against even runs over G CTAs
+        const int B = 16, sm3 = 3 * 4 * 8192;
+        CK(cudaFuncSetAttribute(kv_dec_kernel<3, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, 131072));
+        CK(cudaFuncSetAttribute(kv_even_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 131072));
+        for (int rep = 0; rep < 3; rep++)
+            for (int S : {16384, 65536}) {
+                const size_t kvb = (size_t)B * S * 2048 * 2;
+                printf("kv_dec  B %d S %5d, 128 per-head CTAs (3 stages, 128 KB): %.0f\n", B, S,
+                       gbps(kvb, [&] { kv_dec_kernel<3, 0><<<dim3(1, 8, B), 128, 131072>>>(x, x + bytes / 2, S, 0, 8192, sink); }));
+                for (int G : {128, sms, 2 * sms})
+                    printf("kv_even B %d S %5d, %4d CTAs (3 stages, %s): %.0f\n", B, S, G, G > sms ? "96 KB" : "128 KB",
+                           gbps(kvb, [&] { kv_even_kernel<3><<<G, 128, G > sms ? sm3 : 131072>>>(x, x + bytes / 2, S, 8 * B, sink); }));
+            }
+        return 0;
+    }
     {
         // the decode grid, K and V of (B, S, 8, 128), per-head CTAs: cp.async rings (kv_dec) against
         // 1-D bulk copies of each 256-byte row (kv_bulkdec)
