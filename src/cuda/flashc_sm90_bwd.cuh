@@ -1181,7 +1181,12 @@ static cudaError_t flashc_sm90_bwd_go(flashc_sm90_bwd_fn k, long long blocks, in
     cfg.stream = stream;
     cfg.attrs = &at;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, k, *p, maps);
+    if (cudaLaunchKernelEx(&cfg, k, *p, maps) == cudaSuccess) return cudaSuccess;
+    // PDL refused (the first launch has already left the tail's blocks to this one): launched plainly,
+    // the pieces start after the whole blocks, and griddepcontrol.wait has nothing to wait for
+    (void)cudaGetLastError();
+    k<<<(unsigned)blocks, threads, smem, stream>>>(*p, maps);
+    return cudaGetLastError();
 }
 
 template <typename T, int D, bool WS, int STAGES, bool RAGGED = false, bool DQ = true>
