@@ -63,6 +63,15 @@ static __device__ __forceinline__ int atom_add_acq_rel_gpu(int *ptr, int v) {
     return old;
 }
 
+// One of n pieces counts itself in at *cnt (atom_add_acq_rel_gpu); 1 for the last, which also
+// puts the counter back to 0 for the next call (every piece has counted). The decode's split-KV, the
+// forward's split tiles and the backward's split key blocks.
+static __device__ __forceinline__ int count_in_last(int *cnt, int n) {
+    const int last = atom_add_acq_rel_gpu(cnt, 1) == n - 1;
+    if (last) *cnt = 0;
+    return last;
+}
+
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift instead of a ~25-instruction division
 // (Granlund and Montgomery; CUTLASS's FastDivmod): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d)
 // errs by e < d <= 2^l, so n e < 2^(31 + l) and the floor is exact; d = 1 passes n through.

@@ -512,8 +512,7 @@ static __device__ __forceinline__ void finish_rows(const flashc_decode_params &p
         __syncthreads();
         if (threadIdx.x == 0) {
             int *cnt = p.counters + ((int64_t)b * p.H_kv + hk) * p.row_chunks + chunk;
-            s_last = atom_add_acq_rel_gpu(cnt, 1) == p.n_splits - 1;
-            if (s_last) *cnt = 0; // every split has counted: zero for the next call (flashc__cuda_kvcache)
+            s_last = count_in_last(cnt, p.n_splits); // (zeroed for the next call: flashc__cuda_kvcache)
         }
         __syncthreads();
         if (!s_last) return;

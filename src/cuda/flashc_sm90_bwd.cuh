@@ -302,8 +302,7 @@ static __device__ __forceinline__ bool sm90_bwd_merge(const flashc_bwd_params &p
     }
     bar_sync(4, NT);
     if (tid == 0) {
-        const int last = atom_add_acq_rel_gpu(p.part_cnt + t, 1) == P - 1;
-        if (last) p.part_cnt[t] = 0; // every piece has counted
+        const int last = count_in_last(p.part_cnt + t, P);
         // the last piece waits for the whole blocks' launch to complete, so that this grid cannot
         // complete before it and what runs after sees its stores too (one waiting thread suffices;
         // the other pieces leave their SMs at once)

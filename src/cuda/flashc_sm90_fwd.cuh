@@ -327,8 +327,7 @@ static __device__ __forceinline__ bool sm90_fwd_merge(const flashc_fwd_params &p
     int *const cnt = p.part_cnt + (split * NWG + wg) * 4 + (t128 >> 5);
     int second = 0;
     if (lane == 0) {
-        second = atom_add_acq_rel_gpu(cnt, 1) == 1;
-        if (second) *cnt = 0; // both pieces have counted
+        second = count_in_last(cnt, 2);
     }
     if (!__shfl_sync(0xffffffffu, second, 0)) return false;
     __syncwarp();
