@@ -179,6 +179,8 @@ static int clamp_window(int w, int len) { return w < 0 || w >= len ? -1 : w; }
 
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
 
+static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; } // workspace pieces start 256-byte aligned
+
 static int strides8(const int64_t st[3]) { return st[0] % 8 == 0 && st[1] % 8 == 0 && st[2] % 8 == 0; }
 
 static int strides16(const int64_t st[3]) { return st[0] % 16 == 0 && st[1] % 16 == 0 && st[2] % 16 == 0; }
@@ -335,7 +337,7 @@ static size_t fwd_split_ws(const flashc_ctx *ctx, const flashc_problem *p, size_
 // Workspace: the e4m3 V^T (at ws_tma_base), then at the next 256 bytes the split tiles' area.
 static size_t fwd_vt_bytes(const flashc_problem *p) {
     const size_t vt = p->dtype == FLASHC_DTYPE_E4M3 ? (size_t)p->H_kv * p->D * fp8_vt_cols(p) : 0;
-    return vt ? (vt + WS_TMA_SLACK + 255) & ~(size_t)255 : 0;
+    return vt ? up256(vt + WS_TMA_SLACK) : 0;
 }
 
 // The split tiles' counters: with the ctx's own workspace in a buffer of the ctx, zeroed when it is
@@ -428,7 +430,7 @@ __global__ void flashc_paged_gather_kernel(const flashc_paged_gather g) {
 
 // Bytes of one dense tensor, and the whole gather region (0 when p is not paged).
 static size_t paged_tensor_bytes(const flashc_problem *p) {
-    return ((size_t)p->total_k * p->H_kv * p->D * 2 + 255) & ~(size_t)255;
+    return up256((size_t)p->total_k * p->H_kv * p->D * 2);
 }
 static size_t paged_ws(const flashc_problem *p) { return p->block_table ? 256 + 2 * paged_tensor_bytes(p) : 0; }
 
@@ -549,7 +551,6 @@ static int fwd_by_decode(const flashc_problem *p, flashc_problem *dec) {
 // Varlen decode route, in the workspace after the decode kernel's own part (dec_ws), each at a
 // 256-byte offset: the key counts and (DEC_ROWS) the first key rows, int32 a decode sequence each,
 // then the lse in (B, H, sq) of the decode view.
-static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; }
 static size_t dec_varlen_lens_off(size_t dec_ws) { return up256(dec_ws); }
 static size_t dec_varlen_row0_off(size_t dec_ws, const flashc_problem *dec) {
     return dec_varlen_lens_off(dec_ws) + up256((size_t)dec->B * sizeof(int32_t));
@@ -561,12 +562,16 @@ static size_t dec_varlen_ws(size_t dec_ws, const flashc_problem *dec) {
     return dec_varlen_lse_off(dec_ws, dec) + (size_t)dec->B * dec->H * dec->Sq * sizeof(float);
 }
 
+// Sequence b's key count: its cu_seqlens_k length, capped by seqused_k[b], at least 0
+static __device__ __forceinline__ int varlen_keys(const int32_t *cu_k, const int32_t *seqused_k, int b) {
+    int n = cu_k[b + 1] - cu_k[b];
+    if (seqused_k && seqused_k[b] < n) n = seqused_k[b];
+    return n < 0 ? 0 : n;
+}
+
 __global__ void flashc_varlen_lens_kernel(const int32_t *cu_k, const int32_t *seqused_k, int B, int32_t *lens) {
-    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
-        int n = cu_k[b + 1] - cu_k[b];
-        if (seqused_k && seqused_k[b] < n) n = seqused_k[b];
-        lens[b] = n < 0 ? 0 : n;
-    }
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x)
+        lens[b] = varlen_keys(cu_k, seqused_k, b);
 }
 
 // DEC_ROWS: query row cu_q[b] + i of sequence b as a decode sequence of its own: its keys start at
@@ -575,10 +580,7 @@ __global__ void flashc_varlen_lens_kernel(const int32_t *cu_k, const int32_t *se
 __global__ void flashc_varlen_rows_kernel(const int32_t *cu_q, const int32_t *cu_k, const int32_t *seqused_k, int B,
                                           int causal, int32_t *row0, int32_t *lens) {
     for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
-        int n = cu_k[b + 1] - cu_k[b];
-        if (seqused_k && seqused_k[b] < n) n = seqused_k[b];
-        n = n < 0 ? 0 : n;
-        const int q0 = cu_q[b], sq = cu_q[b + 1] - q0;
+        const int n = varlen_keys(cu_k, seqused_k, b), q0 = cu_q[b], sq = cu_q[b + 1] - q0;
         for (int i = 0; i < sq; i++) {
             const int vis = causal ? n - sq + 1 + i : n;
             row0[q0 + i] = cu_k[b];
@@ -743,7 +745,7 @@ static void ws_layout(const flashc_problem *p, int acc, int64_t *rows_per_head, 
     const int64_t sq_pad = ((int64_t)p->Sq + FLASHC_WS_PAD - 1) / FLASHC_WS_PAD * FLASHC_WS_PAD;
     *rows_per_head = p->varlen ? p->total_q + (int64_t)FLASHC_WS_PAD * p->B : sq_pad;
     *rows = p->varlen ? (int64_t)p->H * *rows_per_head : (int64_t)p->B * p->H * sq_pad;
-    const size_t arr = ((size_t)*rows * sizeof(float) + 255) & ~(size_t)255;
+    const size_t arr = up256((size_t)*rows * sizeof(float));
     *off_delta = arr;
     *off_dq = 2 * arr;
     *total = 2 * arr + (!acc || *rows == 0 ? 0 : (size_t)*rows * padded_head_dim(p->D) * sizeof(float) + WS_TMA_SLACK);
@@ -784,7 +786,7 @@ static size_t cuda_bwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     size_t cnt_off;
     ws_layout(p, dq_acc_needed(ctx, p), &rph, &rows, &od, &oq, &total);
     const size_t split = bwd_split_plan(ctx, p, &tail0, &pieces, &cnt_off);
-    return split ? ((total + 255) & ~(size_t)255) + split : total;
+    return split ? up256(total) + split : total;
 }
 
 // The sm90 backward grids' causal tail (grid_tail_lpt), planned for the SMs that run the grid.
@@ -835,7 +837,7 @@ static flashc_status cuda_bwd(flashc_ctx *ctx, const flashc_problem *p, const fl
     size_t cnt_off;
     const size_t split = bwd_split_plan(ctx, p, &P.sk_tail0, &P.sk_pieces, &cnt_off);
     if (split) { // its area after the others; the counters zeroed for this call (the kernel leaves them 0)
-        P.part = (float *)((char *)a->ws + ((total + 255) & ~(size_t)255));
+        P.part = (float *)((char *)a->ws + up256(total));
         P.part_cnt = (int *)((char *)P.part + cnt_off);
         FLASHC_CUDA_TRY(ctx, cudaMemsetAsync(P.part_cnt, 0, split - cnt_off, stream));
     }
