@@ -135,45 +135,32 @@ def paged(k, v, cu_k, lens_k, page):
     return kp, vp, table.to(k.device)
 
 
-def test_varlen_paged_kv():
+@pytest.mark.parametrize("lens_q, lens_k, causal", [([3, 1, 9, 2], [7, 20, 9, 0], True),
+                                                    ([1, 3, 0, 4, 2], [7, 2, 5, 30, 0], True),
+                                                    ([1, 3, 0, 4, 2], [7, 2, 5, 30, 0], False)],
+                         ids=["prefill", "decode-mix", "decode-mix-nomask"])
+def test_varlen_paged_kv(lens_q, lens_k, causal):
     """flash_attn_varlen_func with block_table: k, v page pools of a page size flash-attn does not take
-    (5), pages shuffled, NaN in rows no sequence owns; forward only, as in flash-attn."""
-    lens_q, lens_k, page, H, Hkv = [3, 1, 9, 2], [7, 20, 9, 0], 5, 4, 2
+    (5), pages shuffled, NaN in rows no sequence owns; forward only, as in flash-attn. "decode-mix": a
+    mixed decode batch, 0-4 queries a sequence, some with fewer keys than queries or none (on CUDA
+    each query row runs the decode kernel with its sequence's block-table row)."""
+    page, H, Hkv = 5, 4, 2
     cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=DEV)
     cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=DEV)
     q, k, v = rand(sum(lens_q), H, HD), rand(sum(lens_k), Hkv, HD), rand(sum(lens_k), Hkv, HD)
     kp, vp, table = paged(k, v, cu_k, lens_k, page)
-    out, lse, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+    out, lse, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                             block_table=table, return_attn_probs=True)
     for b in range(len(lens_q)):
         qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
-        expect(out[None, qs], q[None, qs], k[None, ks], v[None, ks], causal=True)
-    dense = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True, return_attn_probs=True)
-    assert torch.allclose(lse, dense[1], atol=1e-4, rtol=1e-4)  # +inf for sequence 3, which has no key
+        if lens_q[b]:
+            expect(out[None, qs], q[None, qs], k[None, ks], v[None, ks], causal=causal)
+    dense = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                      return_attn_probs=True)
+    assert torch.allclose(lse, dense[1], atol=1e-4, rtol=1e-4)  # +inf where a row sees no key
     with pytest.raises(NotImplementedError, match="forward only"):
         fa.flash_attn_varlen_func(q.detach().requires_grad_(), kp, vp, cu_q, cu_k, max(lens_q), max(lens_k),
                                   block_table=table)
-
-
-def test_varlen_paged_few_queries():
-    """flash_attn_varlen_func with block_table on a mixed decode batch: 0-4 queries a sequence, some
-    with fewer keys than queries or none (on CUDA each query row runs the decode kernel with its
-    sequence's block-table row), causal and not, against the same call on dense K / V."""
-    lens_q, lens_k, page, H, Hkv = [1, 3, 0, 4, 2], [7, 2, 5, 30, 0], 5, 4, 2
-    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=DEV)
-    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=DEV)
-    q, k, v = rand(sum(lens_q), H, HD), rand(sum(lens_k), Hkv, HD), rand(sum(lens_k), Hkv, HD)
-    kp, vp, table = paged(k, v, cu_k, lens_k, page)
-    for causal in (True, False):
-        out, lse, _ = fa.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
-                                                block_table=table, return_attn_probs=True)
-        for b in range(len(lens_q)):
-            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
-            if lens_q[b]:
-                expect(out[None, qs], q[None, qs], k[None, ks], v[None, ks], causal=causal)
-        dense = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
-                                          return_attn_probs=True)
-        assert torch.allclose(lse, dense[1], atol=1e-4, rtol=1e-4)  # +inf where a row sees no key
 
 
 def test_varlen_one_query_each():
