@@ -19,10 +19,12 @@
 // and, once: a finite-difference check of the fp64 reference's backward, bit-identical backward
 // runs with deterministic = 1, and a CPU forward that does not depend on the thread count.
 //
-// Usage: build/test_flashc [--backend cpu|cuda|ref] [--quick] [--filter STR] [--seed N] [-v]
+// Usage: build/test_flashc [--backend cpu|cuda|ref] [--quick] [--filter STR] [--seed N] [--fuzz N] [-v]
 //   default backends: cpu, cuda (when compiled in and a device is present; staged through
 //   ctx->ops->ws_alloc / copy), and the REF backend on the --quick subset of cases.
 //   --filter STR runs the case lines containing STR ("bwd cpu bf16", "varlen", "D=256" ...).
+//   --fuzz N runs N random cases drawn from --seed (fuzz_cases) instead of the table, and none of
+//   the one-off checks: `for s in 1 2 3; do build/test_flashc --fuzz 300 --seed $s; done`.
 //   The last line is "N passed, M failed"; the exit status is nonzero on any failure.
 #include "test_common.h"
 
@@ -68,6 +70,7 @@ typedef struct tcase {
 
 static tcase g_cases[1024];
 static int g_ncases;
+static uint64_t g_seed = 1; // --seed: the inputs of case i come from (seed, i)
 
 static tcase mk(int B, int H, int Hkv, int Sq, int Sk, int D, flashc_dtype dt) {
     tcase c;
@@ -110,6 +113,47 @@ static void set_varlen(tcase *c, int B, const int *lq, const int *lk) {
     c->B = B;
     c->varlen = 1;
     for (int b = 0; b < B; b++) c->lq[b] = lq[b], c->lk[b] = lk[b];
+}
+
+// n mixed cases: random heads, lengths, head dims, dtypes, masks, softcap, ALiBi, scale, layouts,
+// varlen with seqused_k. WIDE (--fuzz) draws lengths 1..400, D any multiple of 8 up to 256 and
+// batches up to 8; the table's 110 draw from short lists (and must keep their draws: the inputs of
+// a case depend on its index).
+static void mixed_cases(tc_rng *r, int n, int wide) {
+    static const int HH[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {4, 4}, {6, 3}, {8, 2}, {8, 1}};
+    static const int SR[] = {1, 2, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200};
+    static const int DR[] = {8, 16, 32, 64, 80, 96, 128, 256};
+#define S_DRAW() (wide ? 1 + tc_int(r, 400) : SR[tc_int(r, 14)])
+    for (int k = 0; k < n;) {
+        int hh = tc_int(r, 8);
+        // (drawn last to first: the order gcc evaluated mk's arguments in when the table was written)
+        const flashc_dtype dt = DT3[tc_int(r, 3)];
+        const int D = wide ? 8 * (1 + tc_int(r, 32)) : DR[tc_int(r, 8)];
+        const int Sk = S_DRAW(), Sq = S_DRAW(), B = 1 + tc_int(r, 3);
+        tcase c = mk(B, HH[hh][0], HH[hh][1], Sq, Sk, D, dt);
+        c.causal = tc_int(r, 2);
+        if (tc_int(r, 4) == 0) c.win = 1, c.wl = tc_int(r, 3) ? tc_int(r, 40) : -1, c.wr = tc_int(r, 2) ? tc_int(r, 20) : -1;
+        if (tc_int(r, 4) == 0) c.softcap = (float)(1 + tc_int(r, 30));
+        if (tc_int(r, 4) == 0) c.alibi = 1 + tc_int(r, 3);
+        if (tc_int(r, 5) == 0) c.scale = (float)(0.02 + 0.5 * tc_uniform(r));
+        c.layout = tc_int(r, 3) ? L_CONTIG : 1 + tc_int(r, 3);
+        if (tc_int(r, 4) == 0) {
+            int Bv = 1 + tc_int(r, wide ? MAXB : 4), lq[MAXB], lk[MAXB];
+            for (int b = 0; b < Bv; b++) {
+                const int sq = S_DRAW(); // (this order too)
+                lq[b] = sq * tc_int(r, 2), lk[b] = S_DRAW();
+            }
+            set_varlen(&c, Bv, lq, lk);
+            if (tc_int(r, 2)) {
+                c.used = 1;
+                for (int b = 0; b < Bv; b++) c.uk[b] = tc_int(r, lk[b] + 3);
+            }
+        }
+#undef S_DRAW
+        if (case_cost(&c) > (wide ? 2e7 : 4e6)) continue;
+        add(c);
+        k++;
+    }
 }
 
 static void build_cases(void) {
@@ -423,34 +467,16 @@ static void build_cases(void) {
         add(c);
     }
 
-    // a generator of mixed cases (fixed seed: the case list does not depend on --seed)
+    // mixed cases from a fixed seed (the case list does not depend on --seed)
     tc_rng r = tc_rng_make(12345, 777);
-    static const int HH[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {4, 4}, {6, 3}, {8, 2}, {8, 1}};
-    static const int SR[] = {1, 2, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200};
-    static const int DR[] = {8, 16, 32, 64, 80, 96, 128, 256};
-    for (int n = 0; n < 110;) {
-        int hh = tc_int(&r, 8);
-        tcase c = mk(1 + tc_int(&r, 3), HH[hh][0], HH[hh][1], SR[tc_int(&r, 14)], SR[tc_int(&r, 14)], DR[tc_int(&r, 8)],
-                     DT3[tc_int(&r, 3)]);
-        c.causal = tc_int(&r, 2);
-        if (tc_int(&r, 4) == 0) c.win = 1, c.wl = tc_int(&r, 3) ? tc_int(&r, 40) : -1, c.wr = tc_int(&r, 2) ? tc_int(&r, 20) : -1;
-        if (tc_int(&r, 4) == 0) c.softcap = (float)(1 + tc_int(&r, 30));
-        if (tc_int(&r, 4) == 0) c.alibi = 1 + tc_int(&r, 3);
-        if (tc_int(&r, 5) == 0) c.scale = (float)(0.02 + 0.5 * tc_uniform(&r));
-        c.layout = tc_int(&r, 3) ? L_CONTIG : 1 + tc_int(&r, 3);
-        if (tc_int(&r, 4) == 0) {
-            int B = 1 + tc_int(&r, 4), lq[MAXB], lk[MAXB];
-            for (int b = 0; b < B; b++) lq[b] = SR[tc_int(&r, 14)] * tc_int(&r, 2), lk[b] = SR[tc_int(&r, 14)];
-            set_varlen(&c, B, lq, lk);
-            if (tc_int(&r, 2)) {
-                c.used = 1;
-                for (int b = 0; b < B; b++) c.uk[b] = tc_int(&r, lk[b] + 3);
-            }
-        }
-        if (case_cost(&c) > 4e6) continue;
-        add(c);
-        n++;
-    }
+    mixed_cases(&r, 110, 0);
+}
+
+// The fuzz list (--fuzz N): N mixed cases drawn from --seed, with wider ranges (sequence lengths up
+// to 400, every head dim that is a multiple of 8 up to 256, batches up to 8), instead of the table.
+static void fuzz_cases(int n) {
+    tc_rng r = tc_rng_make(g_seed, 0xf022);
+    mixed_cases(&r, n, 1);
 }
 
 static int case_desc(char *s, size_t n, const tcase *c) {
@@ -1203,7 +1229,6 @@ static int check_untouched(session *s, int bwd, char *msg, size_t n) {
 // one case on one backend
 
 static int g_quick, g_only_ref;
-static uint64_t g_seed = 1;
 static const char *g_filter, *g_backend;
 
 static int wanted(const char *line) { return !g_filter || strstr(line, g_filter); }
@@ -1878,7 +1903,7 @@ static double now_s(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: test_flashc [--backend cpu|cuda|ref] [--quick] [--filter STR] [--seed N] [-v]\n");
+    fprintf(stderr, "usage: test_flashc [--backend cpu|cuda|ref] [--quick] [--filter STR] [--seed N] [--fuzz N] [-v]\n");
     exit(2);
 }
 
@@ -1900,18 +1925,22 @@ static void open_backend(const char *name, flashc_backend kind, int all_cases) {
 }
 
 int main(int argc, char **argv) {
+    int fuzz = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) tc_verbose = 1;
         else if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) g_backend = argv[++i];
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc) fuzz = atoi(argv[++i]);
         else usage();
     }
     if (g_backend && strcmp(g_backend, "cpu") && strcmp(g_backend, "cuda") && strcmp(g_backend, "ref")) usage();
+    if (fuzz < 0 || fuzz > (int)(sizeof g_cases / sizeof g_cases[0])) usage();
     double t0 = now_s();
     tc_catch_crashes();
-    build_cases();
+    if (fuzz) fuzz_cases(fuzz);
+    else build_cases();
 
     if (!g_backend || !strcmp(g_backend, "cpu")) open_backend("cpu", FLASHC_BACKEND_CPU, 1);
     if (!g_backend || !strcmp(g_backend, "cuda")) open_backend("cuda", FLASHC_BACKEND_CUDA, 1);
@@ -1942,17 +1971,17 @@ int main(int argc, char **argv) {
             if (g_be[b].all_cases || c->quick) run_on(&g_be[b], c, ci, &R, desc);
         ref_free(&R);
     }
-    if (!g_backend || g_only_ref) fd_checks();
-    for (int b = 0; b < g_nbe; b++) {
+    if (!fuzz && (!g_backend || g_only_ref)) fd_checks();
+    for (int b = 0; b < g_nbe && !fuzz; b++) {
         determinism_checks(&g_be[b]);
         lse_null_check(&g_be[b]);
         nokey_inf_v_check(&g_be[b]);
         unseen_inf_v_check(&g_be[b]);
         unseen_rows_check(&g_be[b]);
     }
-    if (!g_backend || !strcmp(g_backend, "cpu")) thread_checks();
+    if (!fuzz && (!g_backend || !strcmp(g_backend, "cpu"))) thread_checks();
     for (int b = 0; b < g_nbe; b++) flashc_ctx_free(g_be[b].ctx);
-    printf("test_flashc: %d of %d cases run on %d backend(s)%s in %.1f s\n", n_run, g_ncases, g_nbe,
-           g_quick ? " (--quick)" : "", now_s() - t0);
+    printf("test_flashc: %d of %d %scases run on %d backend(s)%s in %.1f s\n", n_run, g_ncases, fuzz ? "fuzz " : "",
+           g_nbe, g_quick ? " (--quick)" : "", now_s() - t0);
     return tc_summary("test_flashc");
 }
