@@ -31,14 +31,16 @@
 // dims it does not take (D = 20) are skipped, as are the bad-input cases (front-end validation,
 // the same code as on the host backends, with host buffers).
 //
-// Usage: build/test_kvcache [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR]. Default: ref, cpu
-// and cuda when a device is present; --filter runs only the KV-cache and merge cases whose label
-// contains STR. The last line is "N passed, M failed".
+// Usage: build/test_kvcache [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR] [--fuzz N].
+// Default: ref, cpu and cuda when a device is present; --filter runs only the KV-cache and merge
+// cases whose label contains STR; --fuzz N runs N random KV-cache cases and N / 4 random paged
+// prefills from --seed (kv_fuzz) instead of everything else. The last line is "N passed, M failed".
 #include "test_common.h"
 
 static const char *g_backend; // NULL: ref, cpu and cuda (when present)
 static const char *g_filter;  // NULL: every case; else only the KV-cache and merge cases whose label contains it
 static uint64_t g_seed = 1234;
+static int g_fuzz;            // --fuzz N: N random cases of each kind (kv_fuzz) instead of the sweeps
 
 static flashc_ctx *make_ctx(flashc_backend kind) {
     flashc_ctx *ctx = NULL;
@@ -208,9 +210,10 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t
         for (int i = 0; i < B * pps; i++) table[i] = perm[i];
         free(perm);
     }
-    if (c->cbi) { // sequence b lives in cache row (b * 2 + 1) % Bc ... a permutation-like pick
+    if (c->cbi) { // sequence b lives in cache row Bc - 1 - 2 b mod Bc (a permutation: step 1 where Bc is even)
         cbi = malloc(sizeof(int32_t) * (size_t)B);
-        for (int b = 0; b < B; b++) cbi[b] = (Bc - 1 - b * 2 + Bc) % Bc;
+        const int step = Bc % 2 ? 2 : 1;
+        for (int b = 0; b < B; b++) cbi[b] = ((Bc - 1 - b * step) % Bc + Bc) % Bc;
     }
     // element offset of logical row j of sequence b, head 0
     #define PHYS(b, j) (c->page ? (int64_t)table[(b) * pps + (j) / c->page] * ust + ((j) % c->page) * rs \
@@ -1303,14 +1306,67 @@ static void run_nokey_inf_v(flashc_ctx *ctx, const char *bname, flashc_dtype dt,
 
 // ------------------------------------------------------------------------------------------------
 
+// --fuzz N: N random KV-cache cases and N / 4 random paged prefills drawn from --seed, over wider
+// ranges than the sweeps (any page size from 1 to 256, capacities to 3000, head dims every multiple
+// of 8 to 256, seqlen_q 0 to 40, every option on or off), each with its own inputs.
+static void kv_fuzz(flashc_ctx *ctx, const char *bname, int n) {
+    static const int HH[][2] = {{1, 1}, {2, 1}, {4, 1}, {4, 4}, {8, 2}, {6, 3}, {12, 4}, {32, 8}};
+    static const int PAGES[] = {0, 0, 0, 1, 2, 3, 7, 16, 17, 64, 100, 256};
+    static const flashc_dtype DT[3] = {FLASHC_DTYPE_F32, FLASHC_DTYPE_BF16, FLASHC_DTYPE_F16};
+    tc_rng r = tc_rng_make(g_seed, 0xf022);
+    for (int k = 0; k < n;) {
+        kvc c;
+        memset(&c, 0, sizeof c);
+        c.tag = "fuzz";
+        c.dt = DT[tc_int(&r, 3)];
+        const int hh = tc_int(&r, 8);
+        c.H = HH[hh][0], c.Hkv = HH[hh][1];
+        c.B = 1 + tc_int(&r, 6);
+        c.Sq = tc_int(&r, 4) ? 1 + tc_int(&r, 4) : tc_int(&r, 41); // mostly decode
+        c.D = 8 * (1 + tc_int(&r, 32));
+        c.cap = 1 + tc_int(&r, tc_int(&r, 4) ? 300 : 3000);
+        c.page = PAGES[tc_int(&r, 12)];
+        if (tc_int(&r, 5) == 0) c.full = 1;
+        else {
+            c.snew = tc_int(&r, 7);
+            if (c.snew > c.cap) c.snew = c.cap;
+        }
+        if (tc_int(&r, 2)) {
+            c.rot = 1 + tc_int(&r, 2);
+            if (tc_int(&r, 3) == 0) c.rd = 2 * (1 + tc_int(&r, c.D / 2));
+        }
+        c.causal = tc_int(&r, 2);
+        if (tc_int(&r, 5) == 0) c.use_window = 1, c.wl = tc_int(&r, 3) ? tc_int(&r, 200) : -1, c.wr = tc_int(&r, 2) ? tc_int(&r, 5) : -1;
+        if (tc_int(&r, 6) == 0) c.softcap = (float)(1 + tc_int(&r, 20));
+        if (tc_int(&r, 6) == 0) c.alibi = 1 + tc_int(&r, 2);
+        if (tc_int(&r, 6) == 0) c.scale = (float)(0.05 + 0.5 * tc_uniform(&r));
+        if (!c.page && tc_int(&r, 5) == 0) c.cbi = 1;
+        c.splits = tc_int(&r, 3) ? 0 : tc_int(&r, 9);
+        c.pad = tc_int(&r, 4) == 0;
+        c.no_lse = tc_int(&r, 8) == 0;
+        c.own_ws = tc_int(&r, 4) == 0;
+        if ((double)c.B * (c.Sq + 1) * c.H * c.cap * c.D > 3e7) continue; // (the expectation is fp64 on the host)
+        run_kv(ctx, bname, &c, g_seed * 1000003u + (uint64_t)k);
+        k++;
+    }
+    static const int PPAGES[] = {1, 2, 5, 16, 33, 64, 128, 256};
+    static const int BIG[] = {0, 0, 64, 128};
+    for (int k = 0; k < (n + 3) / 4; k++) {
+        pgc c = {DT[tc_int(&r, 3)], PPAGES[tc_int(&r, 8)], tc_int(&r, 2), tc_int(&r, 2), tc_int(&r, 2), tc_int(&r, 4) == 0,
+                 tc_int(&r, 4) == 0, BIG[tc_int(&r, 4)], tc_int(&r, 3) == 0};
+        run_paged_fwd(ctx, bname, c, g_seed * 1000033u + (uint64_t)k);
+    }
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) tc_verbose = 1;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) g_backend = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
+        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc) g_fuzz = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR] [--fuzz N]\n", argv[0]);
             return 2;
         }
     }
@@ -1335,6 +1391,11 @@ int main(int argc, char **argv) {
             }
         } else {
             ctx = make_ctx(kinds[bi]);
+        }
+        if (g_fuzz > 0) {
+            kv_fuzz(ctx, names[bi], g_fuzz);
+            flashc_ctx_free(ctx);
+            continue;
         }
         kv_sweep(ctx, names[bi]);
         const int pages[3] = {1, 16, 256};
