@@ -4,7 +4,8 @@
 #   2. the whole C test sweep on the CUDA backend against the fp64 reference
 #      (build/test_flashc --backend cuda: O, LSE, dQ, dK, dV, masks, GQA, varlen, strides, determinism)
 #      and the KV-cache / merge tests (build/test_kvcache --backend cuda: paged, splits, rotary) and
-#      the e4m3 forward (build/test_fp8 --backend cuda)
+#      the e4m3 forward (build/test_fp8 --backend cuda), then random cases of both (--fuzz, a new
+#      seed each run: FUZZ_SEED=N reruns one)
 #   3. the Python tests on the GPU (FLASHC_REQUIRE_CUDA=1 pytest python/tests, or PYTEST_ARGS)
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
 #      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
@@ -83,6 +84,10 @@ if want test; then
     run_test "test_fp8 (cuda)" fp8.log "$BUILD/test_fp8" --backend cuda
     run_test "test_fp8 (cuda, 5 CTAs, split tiles)" fp8_split.log env FLASHC_CUDA_CTAS=5 FLASHC_CUDA_SPLIT_KEYS=0 \
         "$BUILD/test_fp8" --backend cuda --quick
+    # random cases beside the tables, a new seed each run (FUZZ_SEED reruns one; the label names it)
+    seed=${FUZZ_SEED:-$(( $(date +%s) % 100000 ))}
+    run_test "test (cuda, --fuzz 500 --seed $seed)" fuzz.log "$BUILD/test_flashc" --backend cuda --fuzz 500 --seed "$seed"
+    run_test "test_kvcache (cuda, --fuzz 200 --seed $seed)" kvfuzz.log "$BUILD/test_kvcache" --backend cuda --fuzz 200 --seed "$seed"
 fi
 
 if want python; then

@@ -7,9 +7,10 @@
 #   4. BUILD_DIR/test_memory      O(N) memory at Sq = Sk = 32768 (forward) and 8192 (backward)
 #   4b. test_flashc --quick and test_kvcache on the CPU backend at every ISA level the CPU has, and
 #       with each of the CPU forward's two kernels forced (FLASHC_CPU_DECODE_MAX_SQ)
+#   4c. random cases (--fuzz) from fixed seeds: test_flashc 400, test_kvcache 120 (+ 30 paged prefills)
 #   5. an ASan + UBSan copy of the library and tests in build-asan/ (host backends; the CUDA
 #      backend is compute-sanitizer's job on a GPU machine), running test_flashc --quick and every
-#      other test but test_memory
+#      other test but test_memory, and a few random cases of each of the two (--fuzz)
 #   6. python3 -m pytest -q python/tests, when that directory exists and pytest imports
 #
 # Each program ends with "N passed, M failed"; this script adds them up (pytest's summary too) and
@@ -114,6 +115,13 @@ for isa in $isa_levels; do cpu_runs FLASHC_CPU_ISA $isa; done
 for max_sq in -1 1000000; do cpu_runs FLASHC_CPU_DECODE_MAX_SQ $max_sq; done
 
 # ------------------------------------------------------------------------------------------------
+# random cases beside the tables (fixed seeds, so a failure reproduces with the same command; other
+# seeds: `build/test_flashc --fuzz 1000 --seed N`)
+
+[ -x "$BUILD/test_flashc" ] && run "test_flashc --fuzz 400 --seed 1" "$BUILD/test_flashc" --fuzz 400 --seed 1
+[ -x "$BUILD/test_kvcache" ] && run "test_kvcache --fuzz 120 --seed 1" "$BUILD/test_kvcache" --fuzz 120 --seed 1
+
+# ------------------------------------------------------------------------------------------------
 # sanitizers
 
 # -O1 (after the Makefile's -O3): half the compile time of -O3 under ASan (2.5 vs 4.5 CPU-minutes
@@ -130,6 +138,8 @@ if make -j2 BUILD=build-asan NVCC= CFLAGS="$SAN -O1" LDFLAGS="$SAN" $asan_bins >
     run "test_flashc --quick (asan+ubsan)" build-asan/test_flashc --quick
     run "test_bad_input (asan+ubsan)" build-asan/test_bad_input
     for t in $others; do run "$t (asan+ubsan)" "build-asan/$t"; done
+    run "test_flashc --fuzz 60 --seed 2 (asan+ubsan)" build-asan/test_flashc --fuzz 60 --seed 2
+    run "test_kvcache --fuzz 40 --seed 2 (asan+ubsan)" build-asan/test_kvcache --fuzz 40 --seed 2
     unset ASAN_OPTIONS UBSAN_OPTIONS
 else
     tail -n 30 "$TMP/asan-build.log"
