@@ -656,6 +656,9 @@ static int64_t krow(const flashc_problem *p, int b, const flashc_seq *s, int64_t
 // FA2 = 1: the same, with the two choices of FlashAttention-2's equations that change what a
 // precision can reach, so that the yardstick measures the kernels' tiling and not the formulation
 // every FA2 kernel (FlashAttention's own too) shares:
+//   - the backward's P_ij recomputed from the fp32 LSE it is given (LSE_GIVEN, Alg. 2 line 13: an
+//     LSE of ~10 is ~1e-6 off in fp32, and every P_ij of its row is that much off relative: f32 dV
+//     at D = 224 read 3.9e-5 against the autograd form's 6.7e-6);
 //   - the softmax's backward sum D_i = rowsum(dO_i o O_i) (Alg. 2 line 4) from the O the backward
 //     is given (O_GIVEN: the backend's own forward output, as the backward under test gets it; else
 //     this function's rounded O), summed apart from dP_ij (here in the other order), instead of
@@ -668,8 +671,8 @@ static int64_t krow(const flashc_problem *p, int b, const flashc_seq *s, int64_t
 //     error (~u 90) goes into every P.
 // The yardstick is the larger error of the two forms (ref_naive, run_on).
 //   q, dout, o, dq: (rows_q, H, D); k, v, dk, dv: (rows_k, H_kv, D), logical contiguous.
-static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o_given, float *o, float *dq, float *dk,
-                       float *dv) {
+static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o_given, const float *lse_given,
+                       float *o, float *dq, float *dk, float *dv) {
     const flashc_problem *p = &R->p;
     int H = p->H, Hkv = p->H_kv, D = p->D, G = p->group;
     int64_t tk = R->m.tk;
@@ -721,6 +724,11 @@ static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o
                     for (int d = 0; d < D; d++) acc[d] += P[j - lo] * (float)V_j[d];
                 }
                 for (int d = 0; d < D; d++) o[qi + d] = tc_round(acc[d], t);
+                if (fa2 && lse_given) { // the backward's P_ij from the LSE it is given (layout as flashc_fwd's)
+                    const int64_t li = p->varlen ? h * R->m.tq + qrow(p, b, &s, i) : ((int64_t)b * H + h) * p->Sq + i;
+                    const float l2 = lse_given[li] * u;
+                    for (int64_t j = lo; j < hi; j++) P[j - lo] = tc_round(exp2f(S[j - lo] - l2), t);
+                }
                 // backward: dP = dO V^T, softmax backward in fp32, dS, softcap', scale
                 float Dsum = 0;
                 for (int64_t j = lo; j < hi; j++) {
@@ -825,7 +833,7 @@ static void ref_naive(refdata *R, flashc_dtype t) {
     float *o = tc_alloc(sizeof(float) * (size_t)(nq + 1)), *dq = tc_alloc(sizeof(float) * (size_t)(nq + 1));
     float *dk = tc_alloc(sizeof(float) * (size_t)(nk + 1)), *dv = tc_alloc(sizeof(float) * (size_t)(nk + 1));
     for (int fa2 = 0; fa2 < 2; fa2++) {
-        naive_lowp(R, t, fa2, NULL, o, dq, dk, dv);
+        naive_lowp(R, t, fa2, NULL, NULL, o, dq, dk, dv);
         R->nv_err[0] = fmax(R->nv_err[0], max_abs_diff_f(o, R->o, nq));
         if (!fa2) {
             R->nv_err[1] = max_abs_diff_f(dq, R->dq, nq);
@@ -836,14 +844,14 @@ static void ref_naive(refdata *R, flashc_dtype t) {
     free(o), free(dq), free(dk), free(dv);
 }
 
-// The gradients' yardstick for a backward given O_GIVEN (the backend's forward output, logical
-// contiguous): the larger error of the autograd form (ref_naive) and of the FA2 form with D_i from
-// that O (naive_lowp).
-static void naive_bwd_err(const refdata *R, flashc_dtype t, const float *o_given, double err[3]) {
+// The gradients' yardstick for a backward given O_GIVEN and LSE_GIVEN (the backend's forward outputs:
+// O logical contiguous, the LSE in flashc_fwd's layout): the larger error of the autograd form
+// (ref_naive) and of the FA2 form with P and D_i from those (naive_lowp).
+static void naive_bwd_err(const refdata *R, flashc_dtype t, const float *o_given, const float *lse_given, double err[3]) {
     int64_t nq = R->m.tq * R->m.H * R->m.D, nk = R->m.tk * R->m.Hkv * R->m.D;
     float *o = tc_alloc(sizeof(float) * (size_t)(nq + 1)), *dq = tc_alloc(sizeof(float) * (size_t)(nq + 1));
     float *dk = tc_alloc(sizeof(float) * (size_t)(nk + 1)), *dv = tc_alloc(sizeof(float) * (size_t)(nk + 1));
-    naive_lowp(R, t, 1, o_given, o, dq, dk, dv);
+    naive_lowp(R, t, 1, o_given, lse_given, o, dq, dk, dv);
     err[0] = fmax(R->nv_err[1], max_abs_diff_f(dq, R->dq, nq));
     err[1] = fmax(R->nv_err[2], max_abs_diff_f(dk, R->dk, nk));
     err[2] = fmax(R->nv_err[3], max_abs_diff_f(dv, R->dv, nk));
@@ -1372,7 +1380,7 @@ static void run_on(tbackend *be, const tcase *c, int ci, refdata *R, const char 
                 memset(&worst, 0, sizeof worst);
                 worst.name = "dq";
                 double nerr_g[3];
-                naive_bwd_err(R, c->dt, xo, nerr_g);
+                naive_bwd_err(R, c->dt, xo, xl, nerr_g);
                 for (int g = 0; g < 3; g++) {
                     int64_t n = g ? nk : nq;
                     extract(&s, ts[g], x);
