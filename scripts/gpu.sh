@@ -88,6 +88,7 @@ if want test; then
     seed=${FUZZ_SEED:-$(( $(date +%s) % 100000 ))}
     run_test "test (cuda, --fuzz 500 --seed $seed)" fuzz.log "$BUILD/test_flashc" --backend cuda --fuzz 500 --seed "$seed"
     run_test "test_kvcache (cuda, --fuzz 200 --seed $seed)" kvfuzz.log "$BUILD/test_kvcache" --backend cuda --fuzz 200 --seed "$seed"
+    run_test "test_fp8 (cuda, --fuzz 60 --seed $seed)" fp8fuzz.log "$BUILD/test_fp8" --backend cuda --fuzz 60 --seed "$seed"
 fi
 
 if want python; then

@@ -12,9 +12,10 @@
 // the e4m3 codec over every code, and the validation of the descales and of what fp8 does not do
 // (backward, KV cache, the cpu backend).
 //
-// Usage: build/test_fp8 [--backend cuda|ref] [--quick] [--seed N] [-v]. Without a CUDA device the
-// kernel cases skip with a message; --quick (for compute-sanitizer) skips the cases of more than
-// QUICK_COST multiply-adds per score pass. The last line is "N passed, M failed".
+// Usage: build/test_fp8 [--backend cuda|ref] [--quick] [--seed N] [--fuzz N] [-v]. Without a CUDA
+// device the kernel cases skip with a message; --quick (for compute-sanitizer) skips the cases of
+// more than QUICK_COST multiply-adds per score pass; --fuzz N runs N random cases from --seed
+// (fuzz_case) instead of the table. The last line is "N passed, M failed".
 #include "test_common.h"
 
 #pragma weak flashc__cuda_device_present
@@ -289,6 +290,39 @@ static const fcase CASES[] = {
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 #define QUICK_COST 2e8 // keeps every feature, both kernels' head dims and the 192-key tile
 
+// A random case (--fuzz): every field drawn, head dims every multiple of 8 from 16 to 256, keys up
+// to 2600 (the 192-key tile from 2048), at most FUZZ_COST multiply-adds per score pass.
+#define FUZZ_COST 1e8
+static fcase fuzz_case(tc_rng *r) {
+    static const int HH[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {6, 3}, {8, 1}};
+    static const float DESC[] = {0.f, 0.f, 0.125f, 0.5f, 1.f, 2.f, 4.f};
+    for (;;) {
+        fcase c;
+        memset(&c, 0, sizeof c);
+        const int hh = tc_int(r, 6);
+        c.B = 1 + tc_int(r, 3), c.H = HH[hh][0], c.Hkv = HH[hh][1];
+        c.Sq = 1 + tc_int(r, 400);
+        c.Sk = 1 + tc_int(r, tc_int(r, 4) ? 400 : 2600);
+        c.D = 8 * (2 + tc_int(r, 31));
+        c.causal = tc_int(r, 2);
+        if (tc_int(r, 4) == 0) c.win = 1, c.wl = tc_int(r, 3) ? tc_int(r, 300) : -1, c.wr = tc_int(r, 2) ? tc_int(r, 30) : -1;
+        if (tc_int(r, 5) == 0) c.softcap = (float)(1 + tc_int(r, 10));
+        if (tc_int(r, 5) == 0) c.alibi = 1;
+        if (tc_int(r, 4) == 0) {
+            c.varlen = 1;
+            c.Sq = c.Sk = 0;
+            for (int b = 0; b < c.B; b++) {
+                c.lq[b] = tc_int(r, 200) * (tc_int(r, 5) != 0), c.lk[b] = tc_int(r, 600);
+                if (c.lq[b] > c.Sq) c.Sq = c.lq[b];
+                if (c.lk[b] > c.Sk) c.Sk = c.lk[b];
+            }
+        }
+        c.padded = tc_int(r, 4) == 0;
+        c.dq = DESC[tc_int(r, 7)], c.dk = DESC[tc_int(r, 7)], c.dv = DESC[tc_int(r, 7)];
+        if ((double)c.B * c.H * c.Sq * c.Sk * c.D <= FUZZ_COST) return c;
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // the codec, the validation, the reference's e4m3 path
 
@@ -386,14 +420,15 @@ static void check_ref_path(const fcase *c, const fdata *F) {
 int main(int argc, char **argv) {
     const char *backend = NULL;
     uint64_t seed = 1;
-    int quick = 0;
+    int quick = 0, fuzz = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) tc_verbose = 1;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc) fuzz = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--backend cuda|ref] [--quick] [--seed N] [-v]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--backend cuda|ref] [--quick] [--seed N] [--fuzz N] [-v]\n", argv[0]);
             return 2;
         }
     }
@@ -416,19 +451,21 @@ int main(int argc, char **argv) {
         if (flashc_ctx_create(&ctx3, FLASHC_BACKEND_CUDA, 0) != FLASHC_OK) ctx3 = NULL;
         unsetenv("FLASHC_CUDA_CTAS");
     }
-    for (int ci = 0; ci < N_CASES; ci++) {
+    tc_rng fr = tc_rng_make(seed, 0xf022);
+    for (int ci = 0; ci < (fuzz > 0 ? fuzz : N_CASES); ci++) {
+        const fcase c = fuzz > 0 ? fuzz_case(&fr) : CASES[ci];
         tc_rng rng = tc_rng_make(seed, (uint64_t)ci);
         fdata F;
-        const double cost = (double)CASES[ci].B * CASES[ci].H * CASES[ci].Sq * CASES[ci].Sk * CASES[ci].D;
+        const double cost = (double)c.B * c.H * c.Sq * c.Sk * c.D;
         if (!ctx && cost >= 4e7) continue; // nothing to check it against but the (slow) reference itself
         if (quick && cost > QUICK_COST) continue;
-        fdata_build(&F, &CASES[ci], &rng);
-        if (cost < 4e7) check_ref_path(&CASES[ci], &F); // the fp32 copy through the ref is slow
+        fdata_build(&F, &c, &rng);
+        if (cost < 4e7) check_ref_path(&c, &F); // the fp32 copy through the ref is slow
         if (ctx) {
-            run_case(ctx, be, &CASES[ci], &F, 0);
-            run_case(ctx, be, &CASES[ci], &F, 64);
+            run_case(ctx, be, &c, &F, 0);
+            run_case(ctx, be, &c, &F, 64);
         }
-        if (ctx3) run_case(ctx3, "cuda-ctas3", &CASES[ci], &F, 0);
+        if (ctx3) run_case(ctx3, "cuda-ctas3", &c, &F, 0);
         fdata_free(&F);
     }
     flashc_ctx_free(ctx);
