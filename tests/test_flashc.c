@@ -668,7 +668,11 @@ static int64_t krow(const flashc_problem *p, int b, const flashc_seq *s, int64_t
 //     1e-4 in dK after hundreds of rows;
 //   - scores in the log2 domain, scale log2 e and the ALiBi slope log2 e folded in as fp32
 //     constants, and exp2: with ALiBi at distances of ~200 the scores are ~-90, and their rounding
-//     error (~u 90) goes into every P.
+//     error (~u 90) goes into every P;
+//   - its dot products (S, dP) summed from the last column, so that the two forms' score errors
+//     are two draws, not one: f32 scores of ~30 (scale 0.46 at D = 216) are ~1e-5 off after a
+//     sequential fp32 sum in any order (an LSE off by 1.0-1.4e-5 in three naive orders, the CPU
+//     tiles' 1.3e-5), and one draw's max O error read 6.1e-6 where the tiles' read 1.7e-5.
 // The yardstick is the larger error of the two forms (ref_naive, run_on).
 //   q, dout, o, dq: (rows_q, H, D); k, v, dk, dv: (rows_k, H_kv, D), logical contiguous.
 static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o_given, const float *lse_given,
@@ -701,7 +705,10 @@ static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o
                 for (int64_t j = lo; j < hi; j++) {
                     const double *K_j = R->k + (krow(p, b, &s, j) * Hkv + hk) * D;
                     float a = 0;
-                    for (int d = 0; d < D; d++) a += (float)Q_i[d] * (float)K_j[d];
+                    for (int e = 0; e < D; e++) { // (FA2 form: from the last column)
+                        const int d = fa2 ? D - 1 - e : e;
+                        a += (float)Q_i[d] * (float)K_j[d];
+                    }
                     float x = tc_round((cap > 0 ? scale : scale_u) * a, t);
                     if (cap > 0) {
                         T[j - lo] = tanhf(x / cap);
@@ -734,14 +741,17 @@ static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o
                 for (int64_t j = lo; j < hi; j++) {
                     const double *V_j = R->v + (krow(p, b, &s, j) * Hkv + hk) * D;
                     float a = 0;
-                    for (int d = 0; d < D; d++) a += (float)dO_i[d] * (float)V_j[d];
+                    for (int e = 0; e < D; e++) {
+                        const int d = fa2 ? D - 1 - e : e;
+                        a += (float)dO_i[d] * (float)V_j[d];
+                    }
                     dP[j - lo] = tc_round(a, t);
                     Dsum += P[j - lo] * dP[j - lo];
                 }
-                if (fa2) { // D_i = rowsum(dO_i o O_i), summed from the last column
+                if (fa2) { // D_i = rowsum(dO_i o O_i), summed from the first column (apart from dP_ij)
                     const float *O_i = (o_given ? o_given : o) + qi;
                     Dsum = 0;
-                    for (int d = D - 1; d >= 0; d--) Dsum += (float)dO_i[d] * O_i[d];
+                    for (int d = 0; d < D; d++) Dsum += (float)dO_i[d] * O_i[d];
                 }
                 for (int d = 0; d < D; d++) acc[d] = 0;
                 for (int64_t j = lo; j < hi; j++) {
