@@ -12,7 +12,7 @@
 #      BENCH_DECODE=0
 #   5. compute-sanitizer memcheck and racecheck on the --quick subset (small shapes), on the "rows
 #      holding NaN / Inf" cases (varlen / seqused_k, both backward modes), on test_kvcache and on
-#      test_fp8 --quick
+#      test_fp8 --quick, and on random cases (--fuzz, the test step's seed)
 # Logs go to $BUILD/gpu-logs; with the device tool's $OUT set, summary.txt is kept up to date there
 # as each step ends, and the logs and results files follow at the end (gpu-logs.tar.gz, *.jsonl); a
 # short summary is printed last.
@@ -30,7 +30,8 @@
 #   BUILD=dir (default build); GPU_JOBS=N make parallelism (default: nproc); SKIP_BUILD=1 uses an
 #   existing $BUILD/libflashc.so and $BUILD/test_flashc; TEST_TIMEOUT / SANITIZE_TIMEOUT in seconds;
 #   BENCH_ARGS="--quick" is passed to bench_gpu.py; SANITIZE_FILTER narrows the two --quick runs'
-#   cases; SANITIZE_RUNS picks the sanitizer runs (default: quick ctas3 rows kvcache fp8).
+#   cases; SANITIZE_RUNS picks the sanitizer runs (default: quick ctas3 rows kvcache fp8 fuzz);
+#   FUZZ_SEED sets the --fuzz runs' seed (default: from the clock, named in their lines).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -59,6 +60,7 @@ fi
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | head -1)"
 
 rc=0
+seed=${FUZZ_SEED:-$(( $(date +%s) % 100000 ))} # the --fuzz runs' seed
 # one test program (the command after the label and the log's name): its last line noted, FAIL lines
 # shown and rc set on failure
 run_test() {
@@ -85,7 +87,6 @@ if want test; then
     run_test "test_fp8 (cuda, 5 CTAs, split tiles)" fp8_split.log env FLASHC_CUDA_CTAS=5 FLASHC_CUDA_SPLIT_KEYS=0 \
         "$BUILD/test_fp8" --backend cuda --quick
     # random cases beside the tables, a new seed each run (FUZZ_SEED reruns one; the label names it)
-    seed=${FUZZ_SEED:-$(( $(date +%s) % 100000 ))}
     run_test "test (cuda, --fuzz 500 --seed $seed)" fuzz.log "$BUILD/test_flashc" --backend cuda --fuzz 500 --seed "$seed"
     run_test "test_kvcache (cuda, --fuzz 200 --seed $seed)" kvfuzz.log "$BUILD/test_kvcache" --backend cuda --fuzz 200 --seed "$seed"
     run_test "test_fp8 (cuda, --fuzz 60 --seed $seed)" fp8fuzz.log "$BUILD/test_fp8" --backend cuda --fuzz 60 --seed "$seed"
@@ -124,7 +125,7 @@ sanitize() {
 
 if want sanitize || want memcheck || want racecheck; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
-        RUNS=" ${SANITIZE_RUNS:-quick ctas3 rows kvcache fp8} "
+        RUNS=" ${SANITIZE_RUNS:-quick ctas3 rows kvcache fp8 fuzz} "
         part() { case $RUNS in *" $1 "*) return 0 ;; esac; return 1; }
         for tool in memcheck racecheck; do
             want sanitize || want $tool || continue
@@ -141,6 +142,11 @@ if want sanitize || want memcheck || want racecheck; then
             part kvcache && sanitize $tool "$tool (test_kvcache)" kv-$tool.log "$BUILD/test_kvcache" --backend cuda
             # the e4m3 forward (its V^T pre-pass and both key-block tiles)
             part fp8 && sanitize $tool "$tool (test_fp8)" fp8-$tool.log "$BUILD/test_fp8" --backend cuda --quick
+            # random shapes (the seed of this run's --fuzz lines): odd head dims, lengths, pages
+            part fuzz && sanitize $tool "$tool (--fuzz 40 --seed $seed)" fuzz-$tool.log "$BUILD/test_flashc" --backend cuda \
+                --fuzz 40 --seed "$seed"
+            part fuzz && sanitize $tool "$tool (test_kvcache --fuzz 30 --seed $seed)" kvfuzz-$tool.log "$BUILD/test_kvcache" \
+                --backend cuda --fuzz 30 --seed "$seed"
         done
     else
         note "compute-sanitizer: not installed: skipped"
