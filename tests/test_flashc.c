@@ -10,6 +10,8 @@
 //                 raised to 2x (3x for gradients) that naive error, FA2's yardstick;
 //       f16/bf16  FlashAttention-2's rule: max|x - ref| <= 2 * max|naive - ref| + 1e-5 (3x for the
 //                 gradients), naive = naive_lowp() below, a straightforward attention in the dtype;
+//                 in both rules max|naive - ref| is the larger of naive_lowp's two forms (autograd's,
+//                 and FA2's formulation given the backend's own O and LSE: see there);
 //       LSE       fp32 in every dtype: |x - ref| <= 1e-5 + 1e-5 * |ref|;
 //   - rows that see no key: O exactly 0, LSE exactly +inf, dQ exactly 0; keys no query sees (masked,
 //     past seqused_k): dK = dV = 0 exactly;
@@ -116,9 +118,9 @@ static void set_varlen(tcase *c, int B, const int *lq, const int *lk) {
 }
 
 // n mixed cases: random heads, lengths, head dims, dtypes, masks, softcap, ALiBi, scale, layouts,
-// varlen with seqused_k. WIDE (--fuzz) draws lengths 1..400, D any multiple of 8 up to 256 and
-// batches up to 8; the table's 110 draw from short lists (and must keep their draws: the inputs of
-// a case depend on its index).
+// varlen with seqused_k. WIDE (--fuzz) draws lengths 1..400, D any multiple of 8 up to 256,
+// batches up to 6 (varlen 8) and windows to 400; the table's 110 draw from short lists (and must
+// keep their draws: the inputs of a case depend on its index).
 static void mixed_cases(tc_rng *r, int n, int wide) {
     static const int HH[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {4, 4}, {6, 3}, {8, 2}, {8, 1}};
     static const int SR[] = {1, 2, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200};
@@ -129,10 +131,11 @@ static void mixed_cases(tc_rng *r, int n, int wide) {
         // (drawn last to first: the order gcc evaluated mk's arguments in when the table was written)
         const flashc_dtype dt = DT3[tc_int(r, 3)];
         const int D = wide ? 8 * (1 + tc_int(r, 32)) : DR[tc_int(r, 8)];
-        const int Sk = S_DRAW(), Sq = S_DRAW(), B = 1 + tc_int(r, 3);
+        const int Sk = S_DRAW(), Sq = S_DRAW(), B = 1 + tc_int(r, wide ? 6 : 3);
         tcase c = mk(B, HH[hh][0], HH[hh][1], Sq, Sk, D, dt);
         c.causal = tc_int(r, 2);
-        if (tc_int(r, 4) == 0) c.win = 1, c.wl = tc_int(r, 3) ? tc_int(r, 40) : -1, c.wr = tc_int(r, 2) ? tc_int(r, 20) : -1;
+        if (tc_int(r, 4) == 0)
+            c.win = 1, c.wl = tc_int(r, 3) ? tc_int(r, wide ? 400 : 40) : -1, c.wr = tc_int(r, 2) ? tc_int(r, wide ? 200 : 20) : -1;
         if (tc_int(r, 4) == 0) c.softcap = (float)(1 + tc_int(r, 30));
         if (tc_int(r, 4) == 0) c.alibi = 1 + tc_int(r, 3);
         if (tc_int(r, 5) == 0) c.scale = (float)(0.02 + 0.5 * tc_uniform(r));
@@ -141,7 +144,7 @@ static void mixed_cases(tc_rng *r, int n, int wide) {
             int Bv = 1 + tc_int(r, wide ? MAXB : 4), lq[MAXB], lk[MAXB];
             for (int b = 0; b < Bv; b++) {
                 const int sq = S_DRAW(); // (this order too)
-                lq[b] = sq * tc_int(r, 2), lk[b] = S_DRAW();
+                lq[b] = sq * (wide ? tc_int(r, 4) != 0 : tc_int(r, 2)), lk[b] = S_DRAW(); // (wide: 1 in 4 empty)
             }
             set_varlen(&c, Bv, lq, lk);
             if (tc_int(r, 2)) {
@@ -472,8 +475,8 @@ static void build_cases(void) {
     mixed_cases(&r, 110, 0);
 }
 
-// The fuzz list (--fuzz N): N mixed cases drawn from --seed, with wider ranges (sequence lengths up
-// to 400, every head dim that is a multiple of 8 up to 256, batches up to 8), instead of the table.
+// The fuzz list (--fuzz N): N mixed cases drawn from --seed, with wider ranges (mixed_cases' WIDE),
+// instead of the table.
 static void fuzz_cases(int n) {
     tc_rng r = tc_rng_make(g_seed, 0xf022);
     mixed_cases(&r, n, 1);
@@ -732,8 +735,7 @@ static void naive_lowp(const refdata *R, flashc_dtype t, int fa2, const float *o
                 }
                 for (int d = 0; d < D; d++) o[qi + d] = tc_round(acc[d], t);
                 if (fa2 && lse_given) { // the backward's P_ij from the LSE it is given (layout as flashc_fwd's)
-                    const int64_t li = p->varlen ? h * R->m.tq + qrow(p, b, &s, i) : ((int64_t)b * H + h) * p->Sq + i;
-                    const float l2 = lse_given[li] * u;
+                    const float l2 = lse_given[flashc__lse_off(p, b, h, &s, i)] * u;
                     for (int64_t j = lo; j < hi; j++) P[j - lo] = tc_round(exp2f(S[j - lo] - l2), t);
                 }
                 // backward: dP = dO V^T, softmax backward in fp32, dS, softcap', scale
@@ -1375,6 +1377,8 @@ static void run_on(tbackend *be, const tcase *c, int ci, refdata *R, const char 
         msg[0] = 0;
         if (st != FLASHC_OK) {
             tc_fail("%s | not run: the forward failed", bl);
+        } else if (!fwd_ok) { // (its yardstick's FA2 form would read that forward's wrong O and LSE)
+            tc_fail("%s | not judged: the forward's O or LSE failed its check", bl);
         } else {
             int bwd_ok = 1;
             flashc_status sb = session_bwd(&s, (ci / 3) % 3);
@@ -2001,7 +2005,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) g_backend = argv[++i];
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc) fuzz = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc) {
+            char *end;
+            fuzz = (int)strtol(argv[++i], &end, 10);
+            if (*end || fuzz < 1) usage();
+        }
         else usage();
     }
     if (g_backend && strcmp(g_backend, "cpu") && strcmp(g_backend, "cuda") && strcmp(g_backend, "ref")) usage();

@@ -1352,8 +1352,10 @@ static void kv_fuzz(flashc_ctx *ctx, const char *bname, int n) {
     static const int PPAGES[] = {1, 2, 5, 16, 33, 64, 128, 256};
     static const int BIG[] = {0, 0, 64, 128};
     for (int k = 0; k < (n + 3) / 4; k++) {
-        pgc c = {DT[tc_int(&r, 3)], PPAGES[tc_int(&r, 8)], tc_int(&r, 2), tc_int(&r, 2), tc_int(&r, 2), tc_int(&r, 4) == 0,
-                 tc_int(&r, 4) == 0, BIG[tc_int(&r, 4)], tc_int(&r, 3) == 0};
+        pgc c; // (field by field: an initializer list's draws are not sequenced)
+        c.dt = DT[tc_int(&r, 3)], c.page = PPAGES[tc_int(&r, 8)], c.varlen = tc_int(&r, 2), c.causal = tc_int(&r, 2);
+        c.used = tc_int(&r, 2), c.misalign = tc_int(&r, 4) == 0, c.own_ws = tc_int(&r, 4) == 0;
+        c.big = BIG[tc_int(&r, 4)], c.few = tc_int(&r, 3) == 0;
         run_paged_fwd(ctx, bname, c, g_seed * 1000033u + (uint64_t)k);
     }
 }
@@ -1364,7 +1366,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) g_backend = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
-        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc) g_fuzz = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fuzz") && i + 1 < argc && (g_fuzz = atoi(argv[i + 1])) > 0) i++;
         else {
             fprintf(stderr, "usage: %s [-v] [--backend ref|cpu|cuda] [--seed N] [--filter STR] [--fuzz N]\n", argv[0]);
             return 2;
