@@ -492,8 +492,11 @@ static cudaError_t paged_gather(const flashc_problem *p, const void *k, const vo
 // may see up to its diagonal: i + n_b - sq_b + 1 under a causal mask, so that the kernel's diagonal
 // (cache length - 1) is the row's own, n_b without one. That is exact where only the diagonal and
 // the left window matter (causal, with or without a left window or per-head ALiBi), or nothing
-// does (no mask, no ALiBi); a right window, a left window without causal, ALiBi without causal, a
-// per-sequence ALiBi slope and paged K/V keep the forward kernels. It reads a kv group's K and V
+// does (no mask, no ALiBi); a right window, a left window without causal, ALiBi without causal and
+// a per-sequence ALiBi slope keep the forward kernels. Paged K/V: a row's keys start at page 0 of
+// its sequence's block-table row, which cache_batch_idx cannot pick, so the first ceil(seqlen_k /
+// page_size) entries of that row are repeated for each of its query rows in the workspace (int32,
+// total_q of them: 16 KB a row at 64k keys in pages of 16). The route reads a kv group's K and V
 // once per query row rather than once, so the bound stays small: at <= 4 rows the 3.6-7.6x of the
 // decode kernel over the forward kernels at these shapes (below) outweighs the extra reads (the
 // bound itself is not measured).
@@ -507,7 +510,7 @@ enum { DEC_NO, DEC_BATCH, DEC_ROWS }; // fwd_by_decode: not this route; (B, sq) 
 // Ragged varlen as one query row a sequence (above): DEC_ROWS when every sequence's rows may.
 static int fwd_by_decode_rows(const flashc_problem *p, flashc_problem *dec) {
     const int causal = p->window_right == 0;
-    if (p->block_table || p->cu_q_host[0] != 0 || p->total_q > 65535 || p->total_q <= 0) return DEC_NO;
+    if (p->cu_q_host[0] != 0 || p->total_q > 65535 || p->total_q <= 0) return DEC_NO;
     if (!causal && (p->window_right > 0 || p->window_left >= 0 || p->alibi_slopes)) return DEC_NO;
     if (p->alibi_slopes && p->alibi_batch_stride != 0) return DEC_NO;
     for (int b = 0; b < p->B; b++) {
@@ -518,8 +521,12 @@ static int fwd_by_decode_rows(const flashc_problem *p, flashc_problem *dec) {
     dec->varlen = 0;
     dec->B = (int32_t)p->total_q, dec->Sq = 1;
     dec->q_stride[0] = p->q_stride[1], dec->o_stride[0] = p->o_stride[1];
-    dec->k_stride[0] = p->k_stride[1], dec->v_stride[0] = p->v_stride[1];
-    dec->cache_batch_idx = NULL; // the rows' first key rows, written into the workspace at the call
+    if (p->block_table) { // page strides kept; the rows' tables (written at the call) as wide as Sk needs
+        dec->block_table_stride = (p->Sk + p->page_size - 1) / p->page_size;
+    } else {
+        dec->k_stride[0] = p->k_stride[1], dec->v_stride[0] = p->v_stride[1];
+    }
+    dec->cache_batch_idx = NULL; // (unpaged: the rows' first key rows, written into the workspace at the call)
     return DEC_ROWS;
 }
 
@@ -550,16 +557,20 @@ static int fwd_by_decode(const flashc_problem *p, flashc_problem *dec) {
 
 // Varlen decode route, in the workspace after the decode kernel's own part (dec_ws), each at a
 // 256-byte offset: the key counts and (DEC_ROWS) the first key rows, int32 a decode sequence each,
-// then the lse in (B, H, sq) of the decode view.
+// (DEC_ROWS, paged) the rows' block tables, then the lse in (B, H, sq) of the decode view.
 static size_t dec_varlen_lens_off(size_t dec_ws) { return up256(dec_ws); }
 static size_t dec_varlen_row0_off(size_t dec_ws, const flashc_problem *dec) {
     return dec_varlen_lens_off(dec_ws) + up256((size_t)dec->B * sizeof(int32_t));
 }
-static size_t dec_varlen_lse_off(size_t dec_ws, const flashc_problem *dec) {
+static size_t dec_varlen_bt_off(size_t dec_ws, const flashc_problem *dec) {
     return dec_varlen_row0_off(dec_ws, dec) + up256((size_t)dec->B * sizeof(int32_t));
 }
-static size_t dec_varlen_ws(size_t dec_ws, const flashc_problem *dec) {
-    return dec_varlen_lse_off(dec_ws, dec) + (size_t)dec->B * dec->H * dec->Sq * sizeof(float);
+static size_t dec_varlen_lse_off(size_t dec_ws, const flashc_problem *dec, int route) {
+    const size_t bt = route == DEC_ROWS && dec->block_table ? (size_t)dec->B * (size_t)dec->block_table_stride * sizeof(int32_t) : 0;
+    return dec_varlen_bt_off(dec_ws, dec) + up256(bt);
+}
+static size_t dec_varlen_ws(size_t dec_ws, const flashc_problem *dec, int route) {
+    return dec_varlen_lse_off(dec_ws, dec, route) + (size_t)dec->B * dec->H * dec->Sq * sizeof(float);
 }
 
 // Sequence b's key count: its cu_seqlens_k length, capped by seqused_k[b], at least 0
@@ -589,6 +600,16 @@ __global__ void flashc_varlen_rows_kernel(const int32_t *cu_q, const int32_t *cu
     }
 }
 
+// DEC_ROWS on a paged cache: the first w entries of block-table row b (of bt_stride) once for each
+// query row of sequence b, rows of w; a CTA a sequence
+__global__ void flashc_varlen_rows_table_kernel(const int32_t *cu_q, const int32_t *bt, int64_t bt_stride, int64_t w,
+                                                int32_t *rows_bt) {
+    const int b = blockIdx.x, q0 = cu_q[b], sq = cu_q[b + 1] - q0;
+    const int32_t *src = bt + (int64_t)b * bt_stride;
+    for (int i = 0; i < sq; i++)
+        for (int64_t e = threadIdx.x; e < w; e += blockDim.x) rows_bt[(q0 + i) * w + e] = src[e];
+}
+
 // lse (H, total_q) from the decode kernel's (B, H, sq): row b * sq + i of head h
 __global__ void flashc_varlen_lse_kernel(const float *src, float *lse, int B, int H, int sq) {
     const int64_t n = (int64_t)B * H * sq, total_q = (int64_t)B * sq;
@@ -615,11 +636,12 @@ static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, 
 
 static size_t cuda_fwd_ws(flashc_ctx *ctx, const flashc_problem *p) {
     flashc_problem dec;
-    if (fwd_by_decode(p, &dec)) {
+    const int route = fwd_by_decode(p, &dec);
+    if (route != DEC_NO) {
         flashc_kvcache_args kv;
         fwd_as_kvcache(&dec, NULL, &kv);
         const size_t ws = cuda_kvcache_ws(ctx, &dec, &kv);
-        return p->varlen ? dec_varlen_ws(ws, &dec) : ws;
+        return p->varlen ? dec_varlen_ws(ws, &dec, route) : ws;
     }
     flashc_problem dense;
     const flashc_problem *f = fwd_problem(p, &dense);
@@ -687,12 +709,19 @@ static flashc_status cuda_fwd(flashc_ctx *ctx, const flashc_problem *p, const fl
         const size_t ws = cuda_kvcache_ws(ctx, &dec, &kv);
         int32_t *lens = (int32_t *)((char *)a->ws + dec_varlen_lens_off(ws));
         int32_t *row0 = (int32_t *)((char *)a->ws + dec_varlen_row0_off(ws, &dec));
-        float *lse_bhs = (float *)((char *)a->ws + dec_varlen_lse_off(ws, &dec));
+        float *lse_bhs = (float *)((char *)a->ws + dec_varlen_lse_off(ws, &dec, route));
         cudaStream_t stream = (cudaStream_t)a->stream;
         if (route == DEC_ROWS) {
             flashc_varlen_rows_kernel<<<(p->B + 255) / 256, 256, 0, stream>>>(p->cu_q, p->cu_k, p->seqused_k, p->B,
                                                                            p->window_right == 0, row0, lens);
-            dec.cache_batch_idx = row0;
+            if (p->block_table) {
+                int32_t *rows_bt = (int32_t *)((char *)a->ws + dec_varlen_bt_off(ws, &dec));
+                flashc_varlen_rows_table_kernel<<<p->B, 128, 0, stream>>>(p->cu_q, p->block_table, p->block_table_stride,
+                                                                          dec.block_table_stride, rows_bt);
+                dec.block_table = rows_bt;
+            } else {
+                dec.cache_batch_idx = row0;
+            }
         } else {
             flashc_varlen_lens_kernel<<<(p->B + 255) / 256, 256, 0, stream>>>(p->cu_k, p->seqused_k, p->B, lens);
         }
