@@ -83,7 +83,7 @@ static int sees(const flashc_attn_desc *d, int i, int j, int sq, int sk) {
     return (wl < 0 || j >= diag - wl) && (wr < 0 || j <= diag + wr);
 }
 
-static uint64_t tc_hash(uint64_t x) { // splitmix64's finalizer
+static uint64_t hash64(uint64_t x) { // splitmix64's finalizer
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull, x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
 }
@@ -185,8 +185,9 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
                         const float x = flashc__e4m3_to_f32(F->q[qo + e]) * flashc__e4m3_to_f32(F->k[ko + e]);
                         acc += x, aabs += fabsf(x);
                     }
-                    const float u = (float)(tc_hash(((uint64_t)lo << 24) ^ (uint64_t)j) >> 40) * 0x1p-24f; // [0, 1)
-                    s1[j] = score(c, F, &p, acc, h, i, j, sb), s2[j] = score(c, F, &p, acc + (2 * u - 1) * FP8_S_REL * aabs, h, i, j, sb);
+                    const float u = (float)(hash64(((uint64_t)lo << 24) ^ (uint64_t)j) >> 40) * 0x1p-24f; // [0, 1)
+                    s1[j] = score(c, F, &p, acc, h, i, j, sb);
+                    s2[j] = score(c, F, &p, acc + (2 * u - 1) * FP8_S_REL * aabs, h, i, j, sb);
                     if (s1[j] > -INFINITY) smax = fmax(smax, (double)aabs * p.scale * p.q_descale * p.k_descale);
                 }
                 naive_row(c, F, &p, s1, pr, b, hk, sb, F->nv_o + oo);
