@@ -47,16 +47,26 @@
 
 #define LOG2E 1.4426950408889634f
 
+// The products over the head dim (S_ij, dP_ij) sum it in blocks of DOT_KB (mm_block): a sequential
+// fp32 sum's error grows with its length, and at D = 216 its scores erred as much as a naive fp32
+// attention's (LSE 1.34e-5 at scale 0.457; blocked: 3.81e-6, as the decode kernel's 16 lanes
+// 2.86e-6: dev/cpu/prec_probe.c, bench/results/cpu_amd-epyc-2c_2026-12-05-s36-dotkb.txt).
+#ifndef DOT_KB
+#define DOT_KB 32
+#endif
+
 // ------------------------------------------------------------------------------------------------
 // the microkernel
 
 // C[0:MR][0:NV*W] (= or +=) sum_k A(m, k) * B[k][0:NV*W], A(m, k) = A[m * a_rs + k * a_cs];
 // with col_scale != NULL the old C is first scaled by column: C[m][n] * col_scale[n] (the forward's
 // O_i = diag(alpha) O_i + P_ij V_j in one pass over O_i^T, whose columns are the query rows).
-// MR and NV are constants at every call, so the loops unroll and acc lives in registers.
+// kb > 0 sums k in blocks of kb, each from zero in the registers and then added to C (which stays
+// in L1): blocked summation, for the products over the head dim (DOT_KB above).
+// MR, NV and kb are constants at every call, so the loops unroll and acc lives in registers.
 FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc, const float *restrict A,
                                   int64_t a_rs, int64_t a_cs, const float *restrict B, int64_t ldb, int64_t K,
-                                  int accumulate, const float *restrict col_scale) {
+                                  int accumulate, const float *restrict col_scale, int64_t kb) {
     FLASHC_VF32 acc[MM_MR_MAX][MM_NV_MAX];
     for (int m = 0; m < MR; m++)
         for (int v = 0; v < NV; v++)
@@ -66,17 +76,31 @@ FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc
             FLASHC_VF32 cs = FLASHC_VF32_LOAD(col_scale + v * W);
             for (int m = 0; m < MR; m++) acc[m][v] = FLASHC_VF32_MUL(acc[m][v], cs);
         }
-    for (int64_t k = 0; k < K; k++) {
-        const float *b = B + k * ldb, *a = A + k * a_cs;
-        FLASHC_VF32 bv[MM_NV_MAX];
-        for (int v = 0; v < NV; v++) bv[v] = FLASHC_VF32_LOAD(b + v * W);
-        for (int m = 0; m < MR; m++) {
-            FLASHC_VF32 am = FLASHC_VF32_SET1(a[m * a_rs]);
-            for (int v = 0; v < NV; v++) acc[m][v] = FLASHC_VF32_FMA(am, bv[v], acc[m][v]);
+    if (kb <= 0) kb = K;
+    for (int64_t k0 = 0; k0 < K; k0 += kb) {
+        if (k0 > 0) // the previous block into C, this one from zero
+            for (int m = 0; m < MR; m++)
+                for (int v = 0; v < NV; v++) {
+                    float *c = C + m * ldc + v * W;
+                    FLASHC_VF32_STORE(c, k0 == kb ? acc[m][v] : FLASHC_VF32_ADD(FLASHC_VF32_LOAD(c), acc[m][v]));
+                    acc[m][v] = FLASHC_VF32_ZERO();
+                }
+        const int64_t k1 = K - k0 < kb ? K : k0 + kb;
+        for (int64_t k = k0; k < k1; k++) {
+            const float *b = B + k * ldb, *a = A + k * a_cs;
+            FLASHC_VF32 bv[MM_NV_MAX];
+            for (int v = 0; v < NV; v++) bv[v] = FLASHC_VF32_LOAD(b + v * W);
+            for (int m = 0; m < MR; m++) {
+                FLASHC_VF32 am = FLASHC_VF32_SET1(a[m * a_rs]);
+                for (int v = 0; v < NV; v++) acc[m][v] = FLASHC_VF32_FMA(am, bv[v], acc[m][v]);
+            }
         }
     }
     for (int m = 0; m < MR; m++)
-        for (int v = 0; v < NV; v++) FLASHC_VF32_STORE(C + m * ldc + v * W, acc[m][v]);
+        for (int v = 0; v < NV; v++) {
+            float *c = C + m * ldc + v * W;
+            FLASHC_VF32_STORE(c, K > kb ? FLASHC_VF32_ADD(FLASHC_VF32_LOAD(c), acc[m][v]) : acc[m][v]);
+        }
 }
 
 // C (M x N, row stride ldc) (= or +=) A (M x K) B (K x N, row stride ldb); N % (NV * W) == 0.
@@ -84,21 +108,21 @@ FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc
 // streams; leftover rows of M take 4-, 2- and 1-row blocks.
 FLASHC_FORCE_INLINE void tile_mm(int MR, int NV, float *restrict C, int64_t ldc, const float *restrict A,
                                  int64_t a_rs, int64_t a_cs, const float *restrict B, int64_t ldb, int64_t M,
-                                 int64_t N, int64_t K, int accumulate, const float *restrict col_scale) {
+                                 int64_t N, int64_t K, int accumulate, const float *restrict col_scale, int64_t kb) {
     for (int64_t n0 = 0; n0 < N; n0 += NV * W) {
         float *c = C + n0;
         const float *b = B + n0, *cs = col_scale ? col_scale + n0 : NULL;
         int64_t m0 = 0;
         for (; m0 + MR <= M; m0 += MR)
-            mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
+            mm_block(MR, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, kb);
         if (MR > 4)
             for (; m0 + 4 <= M; m0 += 4)
-                mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
+                mm_block(4, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, kb);
         if (m0 + 2 <= M) {
-            mm_block(2, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
+            mm_block(2, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, kb);
             m0 += 2;
         }
-        if (m0 < M) mm_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs);
+        if (m0 < M) mm_block(1, NV, c + m0 * ldc, ldc, A + m0 * a_rs, a_rs, a_cs, b, ldb, K, accumulate, cs, kb);
     }
 }
 
@@ -241,7 +265,7 @@ static void tile_softcap(float *restrict S, float *restrict T, int64_t n, float 
 // S_ij^T = K_j Q_i^T  (Alg. 1 line 8; Q_i carries scale * log2 e). K_j: nk rows, row stride k_rs.
 static void tile_qkT(float *restrict S_T, const float *restrict K_j, int64_t k_rs, const float *restrict Q_iT,
                      int64_t nk, int64_t nl, int64_t D) {
-    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, nl, D, 0, NULL);
+    tile_mm(FWD_MR, FWD_NV, S_T, BRF, K_j, k_rs, 1, Q_iT, BRF, nk, nl, D, 0, NULL, DOT_KB);
 }
 
 // S_ij^T[c][r] -= slope2 * |i0 + r + sk - sq - (j0 + c)|  (ALiBi, slope2 = slope * log2 e)
@@ -304,7 +328,7 @@ static void tile_exp_rowsum(float *restrict S_T, float *restrict l, const float 
 // in one pass over O_i^T. V_j: nk rows, stride v_rs.
 static void tile_pv_acc(float *restrict O_T, const float *restrict alpha, const float *restrict P_T,
                         const float *restrict V_j, int64_t v_rs, int64_t nk, int64_t nl, int64_t D) {
-    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, nl, nk, 1, alpha);
+    tile_mm(FWD_MR, FWD_NV, O_T, BRF, V_j, 1, v_rs, P_T, BRF, D, nl, nk, 1, alpha, 0);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -489,7 +513,7 @@ static void tile_pv_acc2(float *restrict O_T, const float *restrict alpha, const
 // S_ij = Q_i K_j^T  (Alg. 2 line 11; K_j^T carries the scale). Q_i: nq rows, stride q_rs.
 static void tile_qkT_rows(float *restrict S, const float *restrict Q_i, int64_t q_rs, const float *restrict K_jT,
                           int64_t nq, int64_t nc, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, nc, D, 0, NULL);
+    tile_mm(BWD_MR, BWD_NV, S, BCB, Q_i, q_rs, 1, K_jT, BCB, nq, nc, D, 0, NULL, DOT_KB);
 }
 
 // S_ij[r][c] -= slope2 * |i0 + r + sk - sq - (j0 + c)|
@@ -525,13 +549,13 @@ static void tile_exp_sub_lse(float *restrict S, const float *restrict L2, int64_
 // dV_j += P_ij^T dO_i, as dV_j^T += dO_i^T P_ij  (Alg. 2 line 16). dO_i: nq rows, stride do_rs.
 static void tile_dv_acc(float *restrict dV_jT, const float *restrict dO_i, int64_t do_rs, const float *restrict P,
                         int64_t nq, int64_t nc, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, nc, nq, 1, NULL);
+    tile_mm(BWD_MR, BWD_NV, dV_jT, BCB, dO_i, 1, do_rs, P, BCB, D, nc, nq, 1, NULL, 0);
 }
 
 // dP_ij = dO_i V_j^T  (Alg. 2 line 17)
 static void tile_dP(float *restrict dP, const float *restrict dO_i, int64_t do_rs, const float *restrict V_jT,
                     int64_t nq, int64_t nc, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, nc, D, 0, NULL);
+    tile_mm(BWD_MR, BWD_NV, dP, BCB, dO_i, do_rs, 1, V_jT, BCB, nq, nc, D, 0, NULL, DOT_KB);
 }
 
 // dS_ij = P_ij o (dP_ij - D_i), in place over dP  (Alg. 2 line 19); with softcap also
@@ -558,13 +582,13 @@ static void tile_ds(float *restrict dP, const float *restrict P, const float *re
 // dK_j += dS_ij^T Q_i, as dK_j^T += Q_i^T dS_ij  (Alg. 2 line 21; the scale is applied at the store)
 static void tile_dk_acc(float *restrict dK_jT, const float *restrict Q_i, int64_t q_rs, const float *restrict dS,
                         int64_t nq, int64_t nc, int64_t D) {
-    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, nc, nq, 1, NULL);
+    tile_mm(BWD_MR, BWD_NV, dK_jT, BCB, Q_i, 1, q_rs, dS, BCB, D, nc, nq, 1, NULL, 0);
 }
 
 // dQ_i += dS_ij K_j  (Alg. 2 line 20; K_j carries the scale). dQ_i: nq rows of Dp, stride dq_ld.
 static void tile_dq_acc(float *restrict dQ_i, int64_t dq_ld, const float *restrict dS, const float *restrict K_j,
                         int64_t Dp, int64_t nq, int64_t nk) {
-    tile_mm(BWD_MR, BWD_NV, dQ_i, dq_ld, dS, BCB, 1, K_j, Dp, nq, Dp, nk, 1, NULL);
+    tile_mm(BWD_MR, BWD_NV, dQ_i, dq_ld, dS, BCB, 1, K_j, Dp, nq, Dp, nk, 1, NULL, 0);
 }
 
 // ------------------------------------------------------------------------------------------------
