@@ -77,14 +77,8 @@ FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc
             for (int m = 0; m < MR; m++) acc[m][v] = FLASHC_VF32_MUL(acc[m][v], cs);
         }
     if (kb <= 0) kb = K;
-    for (int64_t k0 = 0; k0 < K; k0 += kb) {
-        if (k0 > 0) // the previous block into C, this one from zero
-            for (int m = 0; m < MR; m++)
-                for (int v = 0; v < NV; v++) {
-                    float *c = C + m * ldc + v * W;
-                    FLASHC_VF32_STORE(c, k0 == kb ? acc[m][v] : FLASHC_VF32_ADD(FLASHC_VF32_LOAD(c), acc[m][v]));
-                    acc[m][v] = FLASHC_VF32_ZERO();
-                }
+    int64_t k0 = 0;
+    do { // one block of k, then C = acc (the first) or C + acc, from zero again
         const int64_t k1 = K - k0 < kb ? K : k0 + kb;
         for (int64_t k = k0; k < k1; k++) {
             const float *b = B + k * ldb, *a = A + k * a_cs;
@@ -95,12 +89,14 @@ FLASHC_FORCE_INLINE void mm_block(int MR, int NV, float *restrict C, int64_t ldc
                 for (int v = 0; v < NV; v++) acc[m][v] = FLASHC_VF32_FMA(am, bv[v], acc[m][v]);
             }
         }
-    }
-    for (int m = 0; m < MR; m++)
-        for (int v = 0; v < NV; v++) {
-            float *c = C + m * ldc + v * W;
-            FLASHC_VF32_STORE(c, K > kb ? FLASHC_VF32_ADD(FLASHC_VF32_LOAD(c), acc[m][v]) : acc[m][v]);
-        }
+        for (int m = 0; m < MR; m++)
+            for (int v = 0; v < NV; v++) {
+                float *c = C + m * ldc + v * W;
+                FLASHC_VF32_STORE(c, k0 ? FLASHC_VF32_ADD(FLASHC_VF32_LOAD(c), acc[m][v]) : acc[m][v]);
+                acc[m][v] = FLASHC_VF32_ZERO();
+            }
+        k0 = k1;
+    } while (k0 < K);
 }
 
 // C (M x N, row stride ldc) (= or +=) A (M x K) B (K x N, row stride ldb); N % (NV * W) == 0.
