@@ -1,18 +1,24 @@
 // test_fp8.c -- the e4m3 (fp8) forward: every backend that takes it against the fp64 reference.
 //
 // DESIGN.md §2 gives rules for fp32 and f16/bf16; for e4m3 inputs we state and check this one:
-//   O    max|x - ref| <= 2 * max|naive - ref| + 1e-5 over the case (FlashAttention-2's rule), with
-//        naive = a straightforward attention on the same e4m3 codes and descales that, as any fp8
-//        P V must, rounds P = exp(s - rowmax) to e4m3 before the product, and O to bf16, in two
-//        forms whose larger error counts (as test_flashc's naive): its scores from an fp32 sum of the
-//        q.k products, and the same scores each moved by up to 2^-13 scale sum_e |q_e k_e| (uniform,
-//        a fixed random stream per row). The tensor cores sum fp8 products with less precision than fp32
-//        (HOPPER-NOTES 1.1), and where one or two keys hold a row's weight that moves a P past an
-//        e4m3 rounding step: the first form alone cannot show it. Seen on the H200 (session 36,
-//        test_fp8 --fuzz 60 --seed 5120 --case 23): scores ~244 for a row's top two keys, 0.57 apart
-//        (P = 0.566, rounded to 0.5625 by the naive); the kernel erred 2.7x the naive's worst, which
-//        fits P rounded to 0.5 after a score error of ~0.08 (1.1e-4 of scale sum |q k|). The second
-//        form's worst there: 2.6x the first's;
+//   O    |x - ref| <= 2 * max|naive - ref| + flip + 1e-5 per element, with the max over the case
+//        (FlashAttention-2's rule) and naive = a straightforward attention on the same e4m3 codes and
+//        descales that, as any fp8 P V must, rounds P = exp(s - rowmax) to e4m3 before the product,
+//        and O to bf16, in two forms whose larger error counts (as test_flashc's naive): its scores
+//        from an fp32 sum of the q.k products, and the same scores each moved by up to 2^-13 scale
+//        sum_e |q_e k_e| (uniform, a fixed random stream per row). The tensor cores sum fp8 products
+//        with less precision than fp32 (HOPPER-NOTES 1.1: ~1e-4 of scale sum |q k| seen), and where
+//        one or two keys hold a row's weight, that moves a P past an e4m3 rounding step and O by
+//        several times the naive's worst error elsewhere in the case: a random draw of the second
+//        form finds such a step only by chance. So each element also gets `flip`: the most its naive
+//        O moves when one key's score moves by up to 2^-13 scale (sum |q k| of that key + of the
+//        row's max key) against the row max, its P re-rounded (the largest over the keys; one key,
+//        not a sum over keys, which session 36 found 1.2-16x too loose). Seen on the H200 (session
+//        36, --fuzz 60 --seed 5120 --case 23: scores ~244 for a row's top two keys, 0.57 apart; the
+//        kernel erred 2.7x the naive's worst) and on an H100 (session 37, --fuzz 40 --seed 6012
+//        --case 18, D 176: P = 1 and 0.199 for the top two keys, scores ~346; the kernel's O fits
+//        the second key's score 0.12 lower, 1e-4 of scale sum |q k|: 3.9x the naive's worst, within
+//        2x naive + flip);
 //   LSE  |x - ref| <= 1e-5 + 2^-10 * max_j |s_ij| per row (|s_ij| = scale |q_i| . |k_j|, descales in):
 //        the LSE moves by at most its largest score error; HOPPER-NOTES 1.1 measured 2.4e-4 relative
 //        to the result, ~2^-12: a 4x margin;
@@ -71,6 +77,7 @@ typedef struct fdata {
     double *ref_o, *ref_lse;     // (rows, H, D), (H, total_q) or (B, H, Sq)
     float *nv_o;                 // naive, bf16-rounded
     float *nv2_o;                // the naive's second form (scores with the tensor cores' error), bf16-rounded
+    float *flip;                 // per element: the most one key's score error moves the naive's O (flip_row)
     double *lse_tol;             // per LSE entry
 } fdata;
 
@@ -107,6 +114,43 @@ static void naive_row(const fcase *c, const fdata *F, const flashc_problem *p, c
         for (int e = 0; e < c->D; e++) o[e] += pr[j] * flashc__e4m3_to_f32(v_j[e]);
     }
     for (int e = 0; e < c->D; e++) o[e] = l > 0 ? tc_round(o[e] * p->v_descale / l, FLASHC_DTYPE_BF16) : 0.f;
+}
+
+// The `flip` allowance of one row (see the rule at the top): for each key j the naive's O_i with
+// score s_j moved by -ds[j] - ds[max] and by +ds[j] + ds[max] against the row max (P_j re-rounded,
+// l moved with it, the others fixed), flip[e] = the largest |change| over the keys and both ends.
+// Keys whose moved P stays below 2^-10 are left out (they round to 0 either way; l moves < 2^-10).
+static void flip_row(const fcase *c, const fdata *F, const flashc_problem *p, const float *s, const float *ds,
+                     float *pr, double *num, int b, int hk, flashc_seq sb, float *flip) {
+    float m = -INFINITY;
+    int jm = -1;
+    double l = 0;
+    for (int e = 0; e < c->D; e++) flip[e] = 0.f, num[e] = 0;
+    for (int j = 0; j < sb.sk; j++)
+        if (s[j] > m) m = s[j], jm = j;
+    if (jm < 0) return; // no key: O is exactly 0, checked apart
+    for (int j = 0; j < sb.sk; j++) {
+        const float e = expf(s[j] - m);
+        l += e;
+        pr[j] = flashc__e4m3_to_f32(flashc__f32_to_e4m3(e));
+        const uint8_t *v_j = F->v + flashc__row_off(p, p->v_stride, b, sb.k_row0, j) + hk * p->v_stride[2];
+        for (int e2 = 0; e2 < c->D; e2++) num[e2] += pr[j] * (double)flashc__e4m3_to_f32(v_j[e2]);
+    }
+    for (int j = 0; j < sb.sk; j++) {
+        if (j == jm || s[j] == -INFINITY) continue;
+        const double P = exp((double)s[j] - m), d = (double)ds[j] + ds[jm];
+        const double ends[2] = {P * exp(-d), P * exp(d)};
+        if (ends[1] < 0x1p-10) continue;
+        const uint8_t *v_j = F->v + flashc__row_off(p, p->v_stride, b, sb.k_row0, j) + hk * p->v_stride[2];
+        for (int x = 0; x < 2; x++) {
+            const double dp = flashc__e4m3_to_f32(flashc__f32_to_e4m3((float)ends[x])) - (double)pr[j];
+            const double l2 = l + ends[x] - P;
+            for (int e2 = 0; e2 < c->D; e2++) {
+                const double o1 = num[e2] / l, o2 = (num[e2] + dp * flashc__e4m3_to_f32(v_j[e2])) / l2;
+                flip[e2] = fmaxf(flip[e2], (float)(fabs(o2 - o1) * p->v_descale));
+            }
+        }
+    }
 }
 
 static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
@@ -156,12 +200,14 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
     const int64_t n_lse = (int64_t)c->H * F->tq;
     F->ref_o = tc_alloc(sizeof(double) * (size_t)F->no), F->ref_lse = tc_alloc(sizeof(double) * (size_t)n_lse);
     F->nv_o = tc_alloc(sizeof(float) * (size_t)F->no), F->nv2_o = tc_alloc(sizeof(float) * (size_t)F->no);
+    F->flip = tc_alloc(sizeof(float) * (size_t)F->no);
     F->lse_tol = tc_alloc(sizeof(double) * (size_t)n_lse);
     flashc__ref_fwd_f64(&p, q, k, v, F->ref_o, F->ref_lse);
 
     // the naive fp8 attention in its two forms, row by row, and the LSE tolerance
     float *s1 = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *s2 = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
-    float *pr = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
+    float *pr = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *ds = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
+    double *num = tc_alloc(sizeof(double) * (size_t)c->D);
     for (int b = 0; b < c->B; b++) {
         const flashc_seq sb = flashc__seq(&p, b);
         for (int h = 0; h < c->H; h++) {
@@ -182,20 +228,22 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
                     const float u = (float)tc_uniform(&su);
                     s1[j] = score(c, F, &p, acc, h, i, j, sb);
                     s2[j] = score(c, F, &p, acc + (2 * u - 1) * FP8_S_REL * aabs, h, i, j, sb);
+                    ds[j] = FP8_S_REL * aabs * p.scale * p.q_descale * p.k_descale;
                     if (s1[j] > -INFINITY) smax = fmax(smax, (double)aabs * p.scale * p.q_descale * p.k_descale);
                 }
                 naive_row(c, F, &p, s1, pr, b, hk, sb, F->nv_o + oo);
                 naive_row(c, F, &p, s2, pr, b, hk, sb, F->nv2_o + oo);
+                flip_row(c, F, &p, s1, ds, pr, num, b, hk, sb, F->flip + oo);
                 F->lse_tol[lo] = 1e-5 + FP8_LSE_REL * smax;
             }
         }
     }
-    free(s1), free(s2), free(pr), free(q), free(k), free(v);
+    free(s1), free(s2), free(pr), free(ds), free(num), free(q), free(k), free(v);
     flashc_ctx_free(ref);
 }
 
 static void fdata_free(fdata *F) {
-    free(F->q), free(F->k), free(F->v), free(F->ref_o), free(F->ref_lse), free(F->nv_o), free(F->nv2_o), free(F->lse_tol);
+    free(F->q), free(F->k), free(F->v), free(F->ref_o), free(F->ref_lse), free(F->nv_o), free(F->nv2_o), free(F->flip), free(F->lse_tol);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -238,13 +286,17 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
     } else {
         tc_dev_get(ctx, o, dO, 2 * (size_t)F->no);
         tc_dev_get(ctx, lse, dl, sizeof(float) * (size_t)n_lse);
-        double err = 0, nerr1 = 0, nerr2 = 0; // the naive's two forms
+        double err = 0, nerr1 = 0, nerr2 = 0, excess = -INFINITY; // the naive's two forms
         int64_t n_nan = 0, worst = 0, n_dead = 0, n_lse_bad = 0, worst_lse = -1;
-        for (int64_t i = 0; i < F->no; i++) {
-            const double x = flashc__bf16_to_f32(o[i]);
+        for (int64_t i = 0; i < F->no; i++)
             nerr1 = fmax(nerr1, fabs(F->nv_o[i] - F->ref_o[i])), nerr2 = fmax(nerr2, fabs(F->nv2_o[i] - F->ref_o[i]));
+        const double nerr = fmax(nerr1, nerr2), bound = FP8_O_FACTOR * nerr + FP8_SLACK;
+        for (int64_t i = 0; i < F->no; i++) { // worst: the element furthest past (or least within) its bound
+            const double x = flashc__bf16_to_f32(o[i]);
             if (x != x) { n_nan++; continue; }
-            if (fabs(x - F->ref_o[i]) > err) err = fabs(x - F->ref_o[i]), worst = i;
+            const double e = fabs(x - F->ref_o[i]);
+            err = fmax(err, e);
+            if (e - bound - F->flip[i] > excess) excess = e - bound - F->flip[i], worst = i;
         }
         for (int64_t i = 0; i < n_lse; i++) {
             const double x = lse[i], r = F->ref_lse[i];
@@ -265,20 +317,22 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
                 for (int e = 0; e < c->D; e++)
                     if (o[(r * c->H + h) * c->D + e] & 0x7fff) n_dead++;
             }
-        const double nerr = fmax(nerr1, nerr2), bound = FP8_O_FACTOR * nerr + FP8_SLACK;
-        if (n_nan || n_dead || n_lse_bad || n_before || !(err <= bound))
-            tc_fail("%s: O max err %.3e (bound %.3e = 2 x naive %.3e + 1e-5) at row %lld head %lld elem %lld (%.4f, "
-                    "ref %.4f, naive %.4f / %.4f), %lld unwritten, %lld no-key rows wrong, %lld LSE beyond tolerance "
-                    "(first at %lld: %.6f vs ref %.6f, tol %.2e), %lld bytes written before the workspace", name, err,
-                    bound, nerr, (long long)(worst / ((int64_t)c->H * c->D)), (long long)(worst / c->D % c->H),
+        const double we = F->no ? fabs(flashc__bf16_to_f32(o[worst]) - F->ref_o[worst]) : 0;
+        if (n_nan || n_dead || n_lse_bad || n_before || excess > 0)
+            tc_fail("%s: O err %.3e past its bound %.3e = 2 x naive %.3e + flip %.3e + 1e-5 at row %lld head %lld elem "
+                    "%lld (%.4f, ref %.4f, naive %.4f / %.4f; case max err %.3e), %lld unwritten, %lld no-key rows "
+                    "wrong, %lld LSE beyond tolerance (first at %lld: %.6f vs ref %.6f, tol %.2e), %lld bytes written "
+                    "before the workspace", name, we, bound + F->flip[worst], nerr, (double)F->flip[worst],
+                    (long long)(worst / ((int64_t)c->H * c->D)), (long long)(worst / c->D % c->H),
                     (long long)(worst % c->D), flashc__bf16_to_f32(o[worst]), F->ref_o[worst], (double)F->nv_o[worst],
-                    (double)F->nv2_o[worst], (long long)n_nan, (long long)n_dead, (long long)n_lse_bad,
+                    (double)F->nv2_o[worst], err, (long long)n_nan, (long long)n_dead, (long long)n_lse_bad,
                     (long long)worst_lse, worst_lse >= 0 ? lse[worst_lse] : 0.0,
                     worst_lse >= 0 ? F->ref_lse[worst_lse] : 0.0, worst_lse >= 0 ? F->lse_tol[worst_lse] : 0.0,
                     (long long)n_before);
-        else
-            tc_pass("%s: O max err %.3e (naive %.3e: forms %.3e / %.3e, ratio %.2f)", name, err, nerr, nerr1, nerr2,
-                    nerr > 0 ? err / nerr : 0.0);
+        else // ratio: the case's max error over the naive's (the rule without flip needs <= 2)
+            tc_pass("%s: O max err %.3e (naive %.3e: forms %.3e / %.3e, ratio %.2f; closest to its bound: %.3e of "
+                    "%.3e, flip %.3e)", name, err, nerr, nerr1, nerr2, nerr > 0 ? err / nerr : 0.0, we,
+                    bound + F->flip[worst], (double)F->flip[worst]);
     }
     tc_dev_free(ctx, F->q, dq), tc_dev_free(ctx, F->k, dk), tc_dev_free(ctx, F->v, dv), tc_dev_free(ctx, o, dO), tc_dev_free(ctx, lse, dl);
     tc_dev_free(ctx, F->cu_q, dcq), tc_dev_free(ctx, F->cu_k, dck), tc_dev_free(ctx, F->slopes, dsl);
