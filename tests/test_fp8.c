@@ -10,10 +10,11 @@
 //        with less precision than fp32 (HOPPER-NOTES 1.1: ~1e-4 of scale sum |q k| seen), and where
 //        one or two keys hold a row's weight, that moves a P past an e4m3 rounding step and O by
 //        several times the naive's worst error elsewhere in the case: a random draw of the second
-//        form finds such a step only by chance. So each element also gets `flip`: the most its naive
-//        O moves when one key's score moves by up to 2^-13 scale (sum |q k| of that key + of the
-//        row's max key) against the row max, its P re-rounded (the largest over the keys; one key,
-//        not a sum over keys, which session 36 found 1.2-16x too loose). Seen on the H200 (session
+//        form finds such a step only by chance. So each element also gets `flip`: a bound on how far
+//        its naive O moves when one key's score moves anywhere within its error and the row max's
+//        (each q.k sum by up to 2^-13 sum |q k|, through the softcap), its P re-rounded and l moved
+//        with it (flip_row; the largest over the keys: one key, not a sum over keys, which session
+//        36 found 1.2-16x too loose). Seen on the H200 (session
 //        36, --fuzz 60 --seed 5120 --case 23: scores ~244 for a row's top two keys, 0.57 apart; the
 //        kernel erred 2.7x the naive's worst) and on an H100 (session 37, --fuzz 40 --seed 6012
 //        --case 18, D 176: P = 1 and 0.199 for the top two keys, scores ~346; the kernel's O fits
@@ -116,12 +117,18 @@ static void naive_row(const fcase *c, const fdata *F, const flashc_problem *p, c
     for (int e = 0; e < c->D; e++) o[e] = l > 0 ? tc_round(o[e] * p->v_descale / l, FLASHC_DTYPE_BF16) : 0.f;
 }
 
-// The `flip` allowance of one row (see the rule at the top): for each key j the naive's O_i with
-// score s_j moved by -ds[j] - ds[max] and by +ds[j] + ds[max] against the row max (P_j re-rounded,
-// l moved with it, the others fixed), flip[e] = the largest |change| over the keys and both ends.
-// Keys whose moved P stays below 2^-10 are left out (they round to 0 either way; l moves < 2^-10).
-static void flip_row(const fcase *c, const fdata *F, const flashc_problem *p, const float *s, const float *ds,
-                     float *pr, double *num, int b, int hk, flashc_seq sb, float *flip) {
+// The `flip` allowance of one row (see the rule at the top). Key j's score may move against the
+// row max's by -(dn[j] + up[max]) .. +(up[j] + dn[max]) (up / dn: how far score() moves when the q.k
+// sum moves by +/- 2^-13 sum |q k|: softcap's slope and ALiBi's shift included), so its P moves
+// over [lo, hi] and its rounded value over the e4m3 codes between. With dp = the rounded P's change
+// and dl = l's (the unrounded P's), O_e changes by (dp (v_je - O_e) + O_e (dp - dl)) / (l + dl),
+// bounded over the whole interval by (A |v_je - O_e| + B |O_e|) / (l + lo - P), A = max |dp|, B =
+// max |dp - dl| (at the ends of each code's part of [lo, hi]: dp - dl is monotone between); flip[e] =
+// the largest such bound over the keys. Keys whose P stays below 2^-10 are left out (they round to
+// 0 either way; l moves < 2^-10). A key that would overtake the max has its P rounded on [1, 2)'s
+// grid, one step coarser than the old max's below 1 would be: slightly generous there.
+static void flip_row(const fcase *c, const fdata *F, const flashc_problem *p, const float *s, const float *up,
+                     const float *dn, float *pr, double *num, int b, int hk, flashc_seq sb, float *flip) {
     float m = -INFINITY;
     int jm = -1;
     double l = 0;
@@ -138,17 +145,27 @@ static void flip_row(const fcase *c, const fdata *F, const flashc_problem *p, co
     }
     for (int j = 0; j < sb.sk; j++) {
         if (j == jm || s[j] == -INFINITY) continue;
-        const double P = exp((double)s[j] - m), d = (double)ds[j] + ds[jm];
-        const double ends[2] = {P * exp(-d), P * exp(d)};
-        if (ends[1] < 0x1p-10) continue;
+        const double P = exp((double)s[j] - m);
+        const double lo = P * exp(-((double)dn[j] + up[jm])), hi = P * exp((double)up[j] + dn[jm]);
+        if (hi < 0x1p-10) continue;
+        // the codes from lo's to hi's (positive e4m3 codes are ordered as their values), each over
+        // its part of [lo, hi]: between the midpoints to its neighbours
+        const int k0 = flashc__f32_to_e4m3((float)lo), k1 = flashc__f32_to_e4m3((float)hi);
+        double A = 0, B = 0;
+        for (int k = k0; k <= k1; k++) {
+            const double v = flashc__e4m3_to_f32((uint8_t)k), dp = v - pr[j];
+            const double below = k > 0 ? 0.5 * (v + flashc__e4m3_to_f32((uint8_t)(k - 1))) : 0.0;
+            const double above = k < 0x7e ? 0.5 * (v + flashc__e4m3_to_f32((uint8_t)(k + 1))) : INFINITY;
+            const double x0 = fmax(lo, below), x1 = fmin(hi, above);
+            A = fmax(A, fabs(dp));
+            B = fmax(B, fmax(fabs(dp - (x0 - P)), fabs(dp - (x1 - P))));
+        }
+        const double lmin = l + lo - P; // > 0: l >= 1 (the max key's P) and lo >= 0
         const uint8_t *v_j = F->v + flashc__row_off(p, p->v_stride, b, sb.k_row0, j) + hk * p->v_stride[2];
-        for (int x = 0; x < 2; x++) {
-            const double dp = flashc__e4m3_to_f32(flashc__f32_to_e4m3((float)ends[x])) - (double)pr[j];
-            const double l2 = l + ends[x] - P;
-            for (int e2 = 0; e2 < c->D; e2++) {
-                const double o1 = num[e2] / l, o2 = (num[e2] + dp * flashc__e4m3_to_f32(v_j[e2])) / l2;
-                flip[e2] = fmaxf(flip[e2], (float)(fabs(o2 - o1) * p->v_descale));
-            }
+        for (int e2 = 0; e2 < c->D; e2++) {
+            const double o = num[e2] / l;
+            const double f = (A * fabs(flashc__e4m3_to_f32(v_j[e2]) - o) + B * fabs(o)) / lmin;
+            flip[e2] = fmaxf(flip[e2], (float)(f * p->v_descale));
         }
     }
 }
@@ -206,7 +223,8 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
 
     // the naive fp8 attention in its two forms, row by row, and the LSE tolerance
     float *s1 = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *s2 = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
-    float *pr = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *ds = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
+    float *pr = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *up = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
+    float *dn = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
     double *num = tc_alloc(sizeof(double) * (size_t)c->D);
     for (int b = 0; b < c->B; b++) {
         const flashc_seq sb = flashc__seq(&p, b);
@@ -228,17 +246,18 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
                     const float u = (float)tc_uniform(&su);
                     s1[j] = score(c, F, &p, acc, h, i, j, sb);
                     s2[j] = score(c, F, &p, acc + (2 * u - 1) * FP8_S_REL * aabs, h, i, j, sb);
-                    ds[j] = FP8_S_REL * aabs * p.scale * p.q_descale * p.k_descale;
+                    up[j] = score(c, F, &p, acc + FP8_S_REL * aabs, h, i, j, sb) - s1[j]; // (-inf - -inf: NaN, unused)
+                    dn[j] = s1[j] - score(c, F, &p, acc - FP8_S_REL * aabs, h, i, j, sb);
                     if (s1[j] > -INFINITY) smax = fmax(smax, (double)aabs * p.scale * p.q_descale * p.k_descale);
                 }
                 naive_row(c, F, &p, s1, pr, b, hk, sb, F->nv_o + oo);
                 naive_row(c, F, &p, s2, pr, b, hk, sb, F->nv2_o + oo);
-                flip_row(c, F, &p, s1, ds, pr, num, b, hk, sb, F->flip + oo);
+                flip_row(c, F, &p, s1, up, dn, pr, num, b, hk, sb, F->flip + oo);
                 F->lse_tol[lo] = 1e-5 + FP8_LSE_REL * smax;
             }
         }
     }
-    free(s1), free(s2), free(pr), free(ds), free(num), free(q), free(k), free(v);
+    free(s1), free(s2), free(pr), free(up), free(dn), free(num), free(q), free(k), free(v);
     flashc_ctx_free(ref);
 }
 
@@ -317,22 +336,23 @@ static void run_case(flashc_ctx *ctx, const char *be, const fcase *c, const fdat
                 for (int e = 0; e < c->D; e++)
                     if (o[(r * c->H + h) * c->D + e] & 0x7fff) n_dead++;
             }
+        // the element furthest past its bound, or closest to it (none when the case has no output)
         const double we = F->no ? fabs(flashc__bf16_to_f32(o[worst]) - F->ref_o[worst]) : 0;
+        const double wf = F->no ? F->flip[worst] : 0, wx = F->no ? flashc__bf16_to_f32(o[worst]) : 0;
+        const double wr = F->no ? F->ref_o[worst] : 0, wn1 = F->no ? F->nv_o[worst] : 0, wn2 = F->no ? F->nv2_o[worst] : 0;
         if (n_nan || n_dead || n_lse_bad || n_before || excess > 0)
-            tc_fail("%s: O err %.3e past its bound %.3e = 2 x naive %.3e + flip %.3e + 1e-5 at row %lld head %lld elem "
+            tc_fail("%s: O err %.3e %s its bound %.3e = 2 x naive %.3e + flip %.3e + 1e-5 at row %lld head %lld elem "
                     "%lld (%.4f, ref %.4f, naive %.4f / %.4f; case max err %.3e), %lld unwritten, %lld no-key rows "
                     "wrong, %lld LSE beyond tolerance (first at %lld: %.6f vs ref %.6f, tol %.2e), %lld bytes written "
-                    "before the workspace", name, we, bound + F->flip[worst], nerr, (double)F->flip[worst],
+                    "before the workspace", name, we, excess > 0 ? "past" : "within", bound + wf, nerr, wf,
                     (long long)(worst / ((int64_t)c->H * c->D)), (long long)(worst / c->D % c->H),
-                    (long long)(worst % c->D), flashc__bf16_to_f32(o[worst]), F->ref_o[worst], (double)F->nv_o[worst],
-                    (double)F->nv2_o[worst], err, (long long)n_nan, (long long)n_dead, (long long)n_lse_bad,
-                    (long long)worst_lse, worst_lse >= 0 ? lse[worst_lse] : 0.0,
+                    (long long)(worst % c->D), wx, wr, wn1, wn2, err, (long long)n_nan, (long long)n_dead,
+                    (long long)n_lse_bad, (long long)worst_lse, worst_lse >= 0 ? lse[worst_lse] : 0.0,
                     worst_lse >= 0 ? F->ref_lse[worst_lse] : 0.0, worst_lse >= 0 ? F->lse_tol[worst_lse] : 0.0,
                     (long long)n_before);
         else // ratio: the case's max error over the naive's (the rule without flip needs <= 2)
             tc_pass("%s: O max err %.3e (naive %.3e: forms %.3e / %.3e, ratio %.2f; closest to its bound: %.3e of "
-                    "%.3e, flip %.3e)", name, err, nerr, nerr1, nerr2, nerr > 0 ? err / nerr : 0.0, we,
-                    bound + F->flip[worst], (double)F->flip[worst]);
+                    "%.3e, flip %.3e)", name, err, nerr, nerr1, nerr2, nerr > 0 ? err / nerr : 0.0, we, bound + wf, wf);
     }
     tc_dev_free(ctx, F->q, dq), tc_dev_free(ctx, F->k, dk), tc_dev_free(ctx, F->v, dv), tc_dev_free(ctx, o, dO), tc_dev_free(ctx, lse, dl);
     tc_dev_free(ctx, F->cu_q, dcq), tc_dev_free(ctx, F->cu_k, dck), tc_dev_free(ctx, F->slopes, dsl);
