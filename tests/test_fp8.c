@@ -14,9 +14,9 @@
 //        its naive O moves when one key's score moves anywhere within its error and the row max's
 //        (each q.k sum by up to 2^-13 sum |q k|, through the softcap), its P re-rounded and l moved
 //        with it (flip_row; the largest over the keys: one key, not a sum over keys, which session
-//        36 found 1.2-16x too loose). Seen on the H200 (session
-//        36, --fuzz 60 --seed 5120 --case 23: scores ~244 for a row's top two keys, 0.57 apart; the
-//        kernel erred 2.7x the naive's worst) and on an H100 (session 37, --fuzz 40 --seed 6012
+//        36 found 1.2-16x too loose). Seen on the H200 (session 36, --fuzz 60 --seed 5120 --case
+//        23: scores ~244 for a row's top two keys, 0.57 apart; the kernel erred 2.7x the naive's
+//        worst) and on an H100 (session 37, --fuzz 40 --seed 6012
 //        --case 18, D 176: P = 1 and 0.199 for the top two keys, scores ~346; the kernel's O fits
 //        the second key's score 0.12 lower, 1e-4 of scale sum |q k|: 3.9x the naive's worst, within
 //        2x naive + flip);
