@@ -2,24 +2,24 @@
 //
 // DESIGN.md §2 gives rules for fp32 and f16/bf16; for e4m3 inputs we state and check this one:
 //   O    |x - ref| <= 2 * max|naive - ref| + flip + 1e-5 per element, with the max over the case
-//        (FlashAttention-2's rule) and naive = a straightforward attention on the same e4m3 codes and
-//        descales that, as any fp8 P V must, rounds P = exp(s - rowmax) to e4m3 before the product,
-//        and O to bf16, in two forms whose larger error counts (as test_flashc's naive): its scores
-//        from an fp32 sum of the q.k products, and the same scores each moved by up to 2^-13 scale
-//        sum_e |q_e k_e| (uniform, a fixed random stream per row). The tensor cores sum fp8 products
-//        with less precision than fp32 (HOPPER-NOTES 1.1: ~1e-4 of scale sum |q k| seen), and where
-//        one or two keys hold a row's weight, that moves a P past an e4m3 rounding step and O by
-//        several times the naive's worst error elsewhere in the case: a random draw of the second
-//        form finds such a step only by chance. So each element also gets `flip`: a bound on how far
-//        its naive O moves when one key's score moves anywhere within its error and the row max's
-//        (each q.k sum by up to 2^-13 sum |q k|, through the softcap), its P re-rounded and l moved
-//        with it (flip_row; the largest over the keys: one key, not a sum over keys, which session
-//        36 found 1.2-16x too loose). Seen on the H200 (session 36, --fuzz 60 --seed 5120 --case
-//        23: scores ~244 for a row's top two keys, 0.57 apart; the kernel erred 2.7x the naive's
-//        worst) and on an H100 (session 37, --fuzz 40 --seed 6012
-//        --case 18, D 176: P = 1 and 0.199 for the top two keys, scores ~346; the kernel's O fits
-//        the second key's score 0.12 lower, 1e-4 of scale sum |q k|: 3.9x the naive's worst, within
-//        2x naive + flip);
+//        (FlashAttention-2's rule) and naive = a straightforward attention on the same e4m3 codes
+//        and descales that, as any fp8 P V must, rounds P = exp(s - rowmax) to e4m3 before the
+//        product, and O to bf16, in two forms whose larger error counts (as test_flashc's naive):
+//        its scores from an fp32 sum of the q.k products, and the same scores each moved by up to
+//        2^-13 scale sum_e |q_e k_e| (uniform, a fixed random stream per row). The tensor cores sum
+//        fp8 products with less precision than fp32 (HOPPER-NOTES 1.1: ~1e-4 of scale sum |q k|
+//        seen), and where one or two keys hold a row's weight, that moves a P past an e4m3 rounding
+//        step and O by several times the naive's worst error elsewhere in the case: a random draw
+//        of the second form finds such a step only by chance. So each element also gets `flip`: a
+//        bound on how far its naive O moves when one key's score moves anywhere within its error
+//        and the row max's (each q.k sum by up to 2^-13 sum |q k|, through the softcap), its P
+//        re-rounded and l moved with it (flip_row; the largest over the keys: one key, not a sum
+//        over keys, which session 36 found 1.2-16x too loose). Seen on the H200 (session 36, --fuzz
+//        60 --seed 5120 --case 23: scores ~244 for a row's top two keys, 0.57 apart; the kernel
+//        erred 2.7x the naive's worst) and on an H100 (session 37, --fuzz 40 --seed 6012 --case 18,
+//        D 176: P = 1 and 0.199 for the top two keys, scores ~346; the kernel's O fits the second
+//        key's score 0.12 lower, 1e-4 of scale sum |q k|: 3.9x the naive's worst, within 2x naive +
+//        flip);
 //   LSE  |x - ref| <= 1e-5 + 2^-10 * max_j |s_ij| per row (|s_ij| = scale |q_i| . |k_j|, descales in):
 //        the LSE moves by at most its largest score error; HOPPER-NOTES 1.1 measured 2.4e-4 relative
 //        to the result, ~2^-12: a 4x margin;
