@@ -78,7 +78,7 @@ typedef struct fdata {
     double *ref_o, *ref_lse;     // (rows, H, D), (H, total_q) or (B, H, Sq)
     float *nv_o;                 // naive, bf16-rounded
     float *nv2_o;                // the naive's second form (scores with the tensor cores' error), bf16-rounded
-    float *flip;                 // per element: the most one key's score error moves the naive's O (flip_row)
+    float *flip;                 // per element: a bound on what one key's score error moves the naive's O by (flip_row)
     double *lse_tol;             // per LSE entry
 } fdata;
 
@@ -99,9 +99,11 @@ static float score(const fcase *c, const fdata *F, const flashc_problem *p, floa
     return sees(&F->d, i, j, sb.sq, sb.sk) ? sc : -INFINITY;
 }
 
-// O_i of the naive: P = exp(s - rowmax) rounded to e4m3, l the sum of the unrounded P, O to bf16
-static void naive_row(const fcase *c, const fdata *F, const flashc_problem *p, const float *s, float *pr, int b, int hk,
-                      flashc_seq sb, float *o) {
+// O_i of the naive: P = exp(s - rowmax) rounded to e4m3 (pr), l the sum of the unrounded P
+// (returned), num[e] = sum_j pr[j] v_j[e] (decoded codes, kept for flip_row), O = num v_descale / l
+// rounded to bf16
+static float naive_row(const fcase *c, const fdata *F, const flashc_problem *p, const float *s, float *pr,
+                       float *num, int b, int hk, flashc_seq sb, float *o) {
     float m = -INFINITY, l = 0.f;
     for (int j = 0; j < sb.sk; j++) m = fmaxf(m, s[j]);
     for (int j = 0; j < sb.sk; j++) {
@@ -109,12 +111,13 @@ static void naive_row(const fcase *c, const fdata *F, const flashc_problem *p, c
         l += e;
         pr[j] = flashc__e4m3_to_f32(flashc__f32_to_e4m3(e));
     }
-    for (int e = 0; e < c->D; e++) o[e] = 0.f;
-    for (int j = 0; j < sb.sk; j++) { // (each o[e] still sums its keys in order j = 0, 1, ...)
+    for (int e = 0; e < c->D; e++) num[e] = 0.f;
+    for (int j = 0; j < sb.sk; j++) { // (each num[e] sums its keys in order j = 0, 1, ...)
         const uint8_t *v_j = F->v + flashc__row_off(p, p->v_stride, b, sb.k_row0, j) + hk * p->v_stride[2];
-        for (int e = 0; e < c->D; e++) o[e] += pr[j] * flashc__e4m3_to_f32(v_j[e]);
+        for (int e = 0; e < c->D; e++) num[e] += pr[j] * flashc__e4m3_to_f32(v_j[e]);
     }
-    for (int e = 0; e < c->D; e++) o[e] = l > 0 ? tc_round(o[e] * p->v_descale / l, FLASHC_DTYPE_BF16) : 0.f;
+    for (int e = 0; e < c->D; e++) o[e] = l > 0 ? tc_round(num[e] * p->v_descale / l, FLASHC_DTYPE_BF16) : 0.f;
+    return l;
 }
 
 // The `flip` allowance of one row (see the rule at the top). Key j's score may move against the
@@ -124,25 +127,19 @@ static void naive_row(const fcase *c, const fdata *F, const flashc_problem *p, c
 // and dl = l's (the unrounded P's), O_e changes by (dp (v_je - O_e) + O_e (dp - dl)) / (l + dl),
 // bounded over the whole interval by (A |v_je - O_e| + B |O_e|) / (l + lo - P), A = max |dp|, B =
 // max |dp - dl| (at the ends of each code's part of [lo, hi]: dp - dl is monotone between); flip[e] =
-// the largest such bound over the keys. Keys whose P stays below 2^-10 are left out (they round to
-// 0 either way; l moves < 2^-10). A key that would overtake the max has its P rounded on [1, 2)'s
-// grid, one step coarser than the old max's below 1 would be: slightly generous there.
+// the largest such bound over the keys. pr, num and l: naive_row's on the same scores. Keys whose P
+// stays below 2^-10 are left out (they round to 0 either way; l moves < 2^-10). A key that would
+// overtake the max has its P rounded on [1, 2)'s grid, one step coarser than the old max's below 1
+// would be: slightly generous there.
 static void flip_row(const fcase *c, const fdata *F, const flashc_problem *p, const float *s, const float *up,
-                     const float *dn, float *pr, double *num, int b, int hk, flashc_seq sb, float *flip) {
+                     const float *dn, const float *pr, const float *num, double l, int b, int hk, flashc_seq sb,
+                     float *flip) {
     float m = -INFINITY;
     int jm = -1;
-    double l = 0;
-    for (int e = 0; e < c->D; e++) flip[e] = 0.f, num[e] = 0;
+    for (int e = 0; e < c->D; e++) flip[e] = 0.f;
     for (int j = 0; j < sb.sk; j++)
         if (s[j] > m) m = s[j], jm = j;
     if (jm < 0) return; // no key: O is exactly 0, checked apart
-    for (int j = 0; j < sb.sk; j++) {
-        const float e = expf(s[j] - m);
-        l += e;
-        pr[j] = flashc__e4m3_to_f32(flashc__f32_to_e4m3(e));
-        const uint8_t *v_j = F->v + flashc__row_off(p, p->v_stride, b, sb.k_row0, j) + hk * p->v_stride[2];
-        for (int e2 = 0; e2 < c->D; e2++) num[e2] += pr[j] * (double)flashc__e4m3_to_f32(v_j[e2]);
-    }
     for (int j = 0; j < sb.sk; j++) {
         if (j == jm || s[j] == -INFINITY) continue;
         const double P = exp((double)s[j] - m);
@@ -225,7 +222,7 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
     float *s1 = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *s2 = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
     float *pr = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1)), *up = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
     float *dn = tc_alloc(sizeof(float) * (size_t)(c->Sk + 1));
-    double *num = tc_alloc(sizeof(double) * (size_t)c->D);
+    float *num = tc_alloc(sizeof(float) * (size_t)c->D);
     for (int b = 0; b < c->B; b++) {
         const flashc_seq sb = flashc__seq(&p, b);
         for (int h = 0; h < c->H; h++) {
@@ -250,9 +247,9 @@ static void fdata_build(fdata *F, const fcase *c, tc_rng *rng) {
                     dn[j] = s1[j] - score(c, F, &p, acc - FP8_S_REL * aabs, h, i, j, sb);
                     if (s1[j] > -INFINITY) smax = fmax(smax, (double)aabs * p.scale * p.q_descale * p.k_descale);
                 }
-                naive_row(c, F, &p, s1, pr, b, hk, sb, F->nv_o + oo);
-                naive_row(c, F, &p, s2, pr, b, hk, sb, F->nv2_o + oo);
-                flip_row(c, F, &p, s1, up, dn, pr, num, b, hk, sb, F->flip + oo);
+                const float l1 = naive_row(c, F, &p, s1, pr, num, b, hk, sb, F->nv_o + oo);
+                flip_row(c, F, &p, s1, up, dn, pr, num, l1, b, hk, sb, F->flip + oo); // (before pr, num are reused)
+                naive_row(c, F, &p, s2, pr, num, b, hk, sb, F->nv2_o + oo);
                 F->lse_tol[lo] = 1e-5 + FP8_LSE_REL * smax;
             }
         }
