@@ -110,6 +110,13 @@ typedef enum flashc_backend {
  * if alibi: s -= slope * |i + sk - sq - j|; masked keys drop out.
  *
  * Rows that see no key (fully masked, or sk == 0) produce out = 0, lse = +inf, zero gradients.
+ *
+ * NaN in q, k or v propagates as in the fp64 reference, never turning into a masked key or a row
+ * with no key: a NaN score (q_i or a key k_j the row sees) makes that row's out and lse NaN; a NaN
+ * element of v_j makes that element of out NaN in the rows that see key j (and may in rows of the
+ * same sequence and head that do not: P = 0 times NaN in P V, as in SDPA's math path). Masked keys'
+ * scores are replaced, so a NaN k_j leaves rows that do not see it unchanged. In the backward a NaN
+ * row or key may spread NaN over the gradients of its tile beyond the reference's.
  */
 typedef struct flashc_attn_desc {
     int32_t      batch;        /* >= 1 (number of sequences in varlen mode) */
@@ -308,7 +315,7 @@ FLASHC_API flashc_status flashc_fwd_kvcache(flashc_ctx *ctx, const flashc_attn_d
 /*   lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * out_s                        */
 /*                                                                                             */
 /* A part with lse_s = +inf saw no key (flashc's convention) and contributes nothing; if no part */
-/* saw a key, out = 0 and lse = +inf.                                                          */
+/* saw a key, out = 0 and lse = +inf. A NaN lse_s makes the row's out and lse NaN.              */
 typedef struct flashc_merge_desc {
     int32_t n_parts;                /* >= 1 */
     int32_t batch, seqlen, heads, head_dim; /* each part's out is (batch, seqlen, heads, head_dim) */

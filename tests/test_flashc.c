@@ -796,7 +796,9 @@ static double *rand_tensor(tc_rng *r, int64_t n, flashc_dtype t) {
     return x;
 }
 
-static void ref_build(refdata *R, const tcase *c, tc_rng *rng) {
+// The inputs (rounded to the dtype), output arrays and dead rows of case c, without running the
+// reference (ref_build does); nan_case needs only the inputs.
+static void ref_inputs(refdata *R, const tcase *c, tc_rng *rng) {
     memset(R, 0, sizeof *R);
     R->m = make_dims(c);
     const dims *m = &R->m;
@@ -820,8 +822,6 @@ static void ref_build(refdata *R, const tcase *c, tc_rng *rng) {
     R->dk = tc_alloc(sizeof(double) * (size_t)(nk + 1));
     R->dv = tc_alloc(sizeof(double) * (size_t)(nk + 1));
     R->lse = tc_alloc(sizeof(double) * (size_t)(nl + 1));
-    flashc__ref_fwd_f64(&R->p, R->q, R->k, R->v, R->o, R->lse);
-    flashc__ref_bwd_f64(&R->p, R->q, R->k, R->v, R->o, R->lse, R->dout, R->dq, R->dk, R->dv);
 
     // which rows must come out exactly zero: query rows that see no key, keys no query sees
     R->qdead = tc_alloc((size_t)m->tq + 1);
@@ -837,6 +837,12 @@ static void ref_build(refdata *R, const tcase *c, tc_rng *rng) {
             for (int64_t j = lo; j < hi; j++) R->kdead[krow(&R->p, b, &s, j)] = 0;
         }
     }
+}
+
+static void ref_build(refdata *R, const tcase *c, tc_rng *rng) {
+    ref_inputs(R, c, rng);
+    flashc__ref_fwd_f64(&R->p, R->q, R->k, R->v, R->o, R->lse);
+    flashc__ref_bwd_f64(&R->p, R->q, R->k, R->v, R->o, R->lse, R->dout, R->dq, R->dk, R->dv);
 }
 
 static double max_abs_diff_f(const float *a, const double *b, int64_t n);
@@ -1800,6 +1806,18 @@ static void unseen_inf_v_check(tbackend *be) {
         }
 }
 
+// Run the forward with lse and copy O (fp32, logical order) and lse out into new arrays; false with
+// the reason in err on failure.
+static int fwd_outputs(session *s, float **o, float **lse, char *err, size_t en) {
+    if (session_fwd(s, 0, 1) != FLASHC_OK) return snprintf(err, en, "%s", flashc_ctx_last_error(s->ctx)), 0;
+    if (!dbuf_get(s->ctx, &s->buf[s->P.v[T_O].buf]) || !dbuf_get(s->ctx, &s->lse)) return snprintf(err, en, "copy back failed"), 0;
+    *o = tc_alloc(sizeof(float) * (size_t)(s->m.tq * s->m.H * s->m.D));
+    extract(s, T_O, *o);
+    *lse = tc_alloc(sizeof(float) * (size_t)s->n_lse);
+    memcpy(*lse, (const float *)s->lse.host + LSE_GUARD, sizeof(float) * (size_t)s->n_lse);
+    return 1;
+}
+
 // One gradient of the two runs. cls per row: 0 unchecked, 1 |x1 - x0| <= 2^-6 |x0| + 2^-9 amax
 // (amax: max |x0| over the class-1 elements; exact: x1 == x0) with both finite, 2 exactly 0 in both
 // runs. Appends findings to msg; returns the worst |x1 - x0| / bound seen.
@@ -1888,17 +1906,10 @@ static void unseen_rows_case(tbackend *be, flashc_dtype dt, int D, int causal, i
             snprintf(err, sizeof err, "setup: %s", s.err);
         } else {
             s.d.deterministic = det;
-            flashc_status st = session_fwd(&s, 0, 1);
-            if (st != FLASHC_OK) snprintf(err, sizeof err, "%s", flashc_ctx_last_error(be->ctx));
-            else if (!dbuf_get(be->ctx, &s.buf[s.P.v[T_O].buf]) || !dbuf_get(be->ctx, &s.lse)) snprintf(err, sizeof err, "copy back failed");
-            else {
-                x[run] = tc_alloc(sizeof(float) * (size_t)nq);
-                extract(&s, T_O, x[run]);
-                l[run] = tc_alloc(sizeof(float) * (size_t)s.n_lse);
-                memcpy(l[run], (const float *)s.lse.host + LSE_GUARD, sizeof(float) * (size_t)s.n_lse);
+            if (fwd_outputs(&s, &x[run], &l[run], err, sizeof err)) {
                 // the backward, from this session's O and lse (still in the backend's memory)
                 const int ts[3] = {T_DQ, T_DK, T_DV};
-                st = session_bwd(&s, 0);
+                flashc_status st = session_bwd(&s, 0);
                 if (st != FLASHC_OK) snprintf(err, sizeof err, "flashc_bwd: %s", flashc_ctx_last_error(be->ctx));
                 for (int i = 0; i < 3 && !err[0]; i++) {
                     if (!dbuf_get(be->ctx, &s.buf[s.P.v[ts[i]].buf])) {
@@ -1964,6 +1975,144 @@ static void unseen_rows_check(tbackend *be) {
             for (int causal = 0; causal < 2; causal++)
                 for (int used = 0; used < 2; used++)
                     for (int det = 0; det < 2; det++) unseen_rows_case(be, DT3[di], Ds[dd], causal, used, det);
+}
+
+// A NaN in q, k or v propagates as it does in the reference (flashc.h states it): a forward must
+// not turn it into a row with no key (O = 0, lse = +inf: the CPU's exp2 once clamped NaN to 0, so
+// l_i = 0) nor drop the key it sits in (finite garbage). One element is poisoned, in sequence
+// 1 of 2 or 3:
+//   q row i, head h          -> that row's O (all of it) and lse are NaN
+//   k row j, kv head g       -> every row of heads in group g that sees key j: O and lse NaN; rows
+//                               that do not see j (masked) are unaffected: the mask must replace
+//                               the NaN score, not add to it
+//   v row j, kv head g, e    -> the rows that see key j: O element e NaN, the rest unaffected; rows
+//                               of the group that do not see j may get NaN at e (P = 0 times NaN in
+//                               P V, as in SDPA's math path), nothing else
+// Every other element (other sequences, heads, rows, elements) must be finite where the clean run's
+// is and within |x - x0| <= 2^-6 |x0| + 2^-9 max|x0| of that clean run (O; lse: 1e-5 (1 + |x0|)):
+// a NaN may not leak, a tile may not be miscomputed around it. Shapes: the CPU's tile kernel and
+// the GPU's forward tiles (129 x 300, causal, several key blocks), decode (seqlen_q 1, softcap; the
+// CPU and GPU decode kernels, split over the keys), varlen with ALiBi, and, on the GPU only,
+// 2048 x 2048 without a mask (the Hopper forward splits its last tiles' keys between CTAs and merges
+// them by their lse).
+enum { NAN_Q, NAN_K, NAN_V };
+
+static void nan_case(tbackend *be, flashc_dtype dt, int D, int shape, int what) {
+    tcase c;
+    int pb = 1, pi, ph, pj, pg, pe = D / 3; // sequence, query row / head, key row / kv head, element
+    if (shape == 0) {
+        c = mk(2, 4, 2, 129, 300, D, dt), c.causal = 1;
+        pi = 100, ph = 3, pj = 200, pg = 1; // rows < 29 do not see key 200
+    } else if (shape == 1) {
+        c = mk(2, 4, 2, 1, 1000, D, dt), c.softcap = 30.f;
+        pi = 0, ph = 2, pj = 517, pg = 0;
+    } else if (shape == 2) {
+        const int lq[3] = {5, 130, 17}, lk[3] = {40, 300, 1};
+        c = mk(3, 4, 2, 0, 0, D, dt), c.causal = 1, c.alibi = 1;
+        set_varlen(&c, 3, lq, lk);
+        c.Sq = 130, c.Sk = 300;
+        pi = 77, ph = 1, pj = 250, pg = 1;
+    } else {
+        c = mk(2, 2, 2, 2048, 2048, D, dt);
+        pi = 1500, ph = 1, pj = 1800, pg = 0;
+    }
+    char line[512], desc[400];
+    case_desc(desc, sizeof desc, &c);
+    snprintf(line, sizeof line, "NaN in %s propagates %s %s %s", what == NAN_Q ? "q" : what == NAN_K ? "k" : "v", be->name,
+             tc_dtype_name(dt), desc);
+    if (!wanted(line)) return;
+    tc_running(line);
+    tc_rng rng = tc_rng_make(g_seed, 0x4e + 8u * (uint64_t)D + 2u * (uint64_t)shape + 1024u * (uint64_t)what);
+    refdata R;
+    ref_inputs(&R, &c, &rng);
+    const dims *m = &R.m;
+    const int G = c.H / c.Hkv;
+    const int64_t row = (int64_t)c.H * D, nq = m->tq * row;
+    float *x[2] = {NULL, NULL}, *l[2] = {NULL, NULL};
+    char err[300] = "";
+    for (int run = 0; run < 2 && !err[0]; run++) {
+        if (run == 1) {
+            flashc_seq s = flashc__seq(&R.p, pb);
+            if (what == NAN_Q) R.q[(qrow(&R.p, pb, &s, pi) * c.H + ph) * D + pe] = NAN;
+            else (what == NAN_K ? R.k : R.v)[(krow(&R.p, pb, &s, pj) * c.Hkv + pg) * D + pe] = NAN;
+        }
+        session s;
+        if (!session_open(&s, be->ctx, &c, &R, 0)) {
+            snprintf(err, sizeof err, "setup: %s", s.err);
+        } else if (flashc_supports(be->ctx, &s.d) == FLASHC_ERR_UNSUPPORTED) {
+            snprintf(err, sizeof err, "unsupported");
+        } else {
+            fwd_outputs(&s, &x[run], &l[run], err, sizeof err);
+        }
+        session_close(&s);
+    }
+    if (!strcmp(err, "unsupported")) {
+        tc_skip("%s: unsupported: %s", line, flashc_ctx_last_error(be->ctx));
+    } else if (err[0]) {
+        tc_fail("%s: %s", line, err);
+    } else {
+        double amax = 0;
+        for (int64_t e = 0; e < nq; e++)
+            if (isfinite(x[0][e]) && fabs((double)x[0][e]) > amax) amax = fabs((double)x[0][e]);
+        int64_t n_want = 0, n_missing = 0, n_clean_nan = 0, n_leak = 0, n_off = 0, first = -1;
+        for (int b = 0; b < c.B; b++) {
+            flashc_seq s = flashc__seq(&R.p, b);
+            for (int64_t i = 0; i < s.sq; i++) {
+                int64_t lo, hi;
+                flashc__key_range(&R.p, i, s.sq, s.sk, &lo, &hi);
+                const int64_t r = qrow(&R.p, b, &s, i);
+                for (int h = 0; h < c.H; h++) {
+                    const int in_group = b == pb && h / G == pg, sees = in_group && lo <= pj && pj < hi;
+                    const int row_nan = what == NAN_Q ? b == pb && i == pi && h == ph && lo < hi : what == NAN_K && sees;
+                    const int64_t li = flashc__lse_off(&R.p, b, h, &s, i);
+                    for (int64_t d = -1; d < D; d++) { // d = -1: the lse
+                        const float x0 = d < 0 ? l[0][li] : x[0][(r * c.H + h) * D + d];
+                        const float x1 = d < 0 ? l[1][li] : x[1][(r * c.H + h) * D + d];
+                        const int want = row_nan || (what == NAN_V && sees && d == pe);
+                        const int may = what == NAN_V && in_group && !sees && d == pe;
+                        int bad = 0;
+                        n_clean_nan += isnan(x0);
+                        if (want) n_want++, bad = !isnan(x1), n_missing += bad;
+                        else if (isnan(x1)) bad = !may, n_leak += bad;
+                        else if (x1 != x0) {
+                            const double dx = fabs((double)x1 - (double)x0);
+                            bad = !(d < 0 ? dx <= 1e-5 * (1 + fabs((double)x0)) : dx <= 0x1p-6 * fabs((double)x0) + 0x1p-9 * amax);
+                            n_off += bad;
+                        }
+                        if (bad && first < 0) first = (r * c.H + h) * (D + 1) + d + 1;
+                    }
+                }
+            }
+        }
+        char msg[600] = "";
+        size_t k = 0;
+        if (n_clean_nan) k += (size_t)snprintf(msg + k, sizeof msg - k, " | %lld NaN in O / lse of the run on finite data", (long long)n_clean_nan);
+        if (n_missing)
+            k += (size_t)snprintf(msg + k, sizeof msg - k, " | %lld of %lld values that must be NaN are not", (long long)n_missing, (long long)n_want);
+        if (n_leak) k += (size_t)snprintf(msg + k, sizeof msg - k, " | %lld values NaN that must not be", (long long)n_leak);
+        if (n_off) k += (size_t)snprintf(msg + k, sizeof msg - k, " | %lld values moved beyond tolerance", (long long)n_off);
+        if (first >= 0) {
+            char what_at[32] = "lse";
+            if (first % (D + 1)) snprintf(what_at, sizeof what_at, "element %lld", (long long)(first % (D + 1) - 1));
+            snprintf(msg + k, sizeof msg - k, " (first: query row %lld, head %lld, %s)", (long long)(first / (D + 1) / c.H),
+                     (long long)(first / (D + 1) % c.H), what_at);
+        }
+        if (msg[0]) tc_fail("%s%s", line, msg);
+        else tc_pass("%s  %lld values NaN as they must be", line, (long long)n_want);
+    }
+    for (int run = 0; run < 2; run++) free(x[run]), free(l[run]);
+    ref_free(&R);
+}
+
+static void nan_check(tbackend *be) {
+    const int Ds[3] = {64, 128, 256};
+    for (int what = 0; what < 3; what++)
+        for (int shape = 0; shape < 3; shape++)
+            for (int di = 0; di < 3; di++)
+                for (int dd = 0; dd < 3; dd++) nan_case(be, DT3[di], Ds[dd], shape, what);
+    if (!strcmp(be->name, "cuda"))
+        for (int what = 0; what < 3; what++)
+            for (int dd = 0; dd < 2; dd++) nan_case(be, FLASHC_DTYPE_BF16, Ds[dd], 3, what);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -2051,6 +2200,7 @@ int main(int argc, char **argv) {
         nokey_inf_v_check(&g_be[b]);
         unseen_inf_v_check(&g_be[b]);
         unseen_rows_check(&g_be[b]);
+        nan_check(&g_be[b]);
     }
     if (!fuzz && (!g_backend || !strcmp(g_backend, "cpu"))) thread_checks();
     for (int b = 0; b < g_nbe; b++) flashc_ctx_free(g_be[b].ctx);

@@ -343,3 +343,27 @@ def test_merge_of_key_splits_is_exact(causal):
     ref_out, ref_lse = ref_attention(q, k, v, causal=causal)[:2]
     assert_close("out", out, ref_out)
     check_lse(lse, ref_lse)
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("Sq", [1, 40])  # the CPU's decode kernel and its tile kernel
+def test_nan_propagates(where, Sq):
+    # flashc.h: NaN in an input propagates as in the reference (the C tests cover every backend,
+    # shape and dtype; this is what a numpy user sees): never a silent 0 / +inf "row with no key"
+    B, Sk, H, Hkv, D = 2, 70, 4, 2, 32
+    q, k, v = randn((B, Sq, H, D), np.float32), randn((B, Sk, Hkv, D), np.float32), randn((B, Sk, Hkv, D), np.float32)
+    {"q": q, "k": k, "v": v}[where][1, 0, 1, 5] = np.nan  # sequence 1, row 0, head 1 (q) / kv head 1 (k, v)
+    out, lse = flashc.attention(q, k, v, return_lse=True)
+    heads = [1] if where == "q" else [2, 3]  # the query heads that read kv head 1
+    rows = [0] if where == "q" else list(range(Sq))
+    for h in range(H):
+        for i in range(Sq):
+            hit = h in heads and i in rows
+            o = out[1, i, h]
+            if hit and where == "v":
+                assert np.isnan(o[5]) and np.isfinite(np.delete(o, 5)).all() and np.isfinite(lse[1, h, i])
+            elif hit:
+                assert np.isnan(o).all() and np.isnan(lse[1, h, i])
+            else:
+                assert np.isfinite(o).all() and np.isfinite(lse[1, h, i])
+    assert np.isfinite(out[0]).all() and np.isfinite(lse[0]).all()

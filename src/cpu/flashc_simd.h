@@ -19,7 +19,9 @@
 //     flashc_vf32_load_f16(p) / _bf16(p)   W halves / bfloat16s (uint16_t) widened to fp32
 //     FLASHC_PREFETCH(p)             hint: bring the line at p towards L2 (no-op where unknown)
 //     flashc_vexp2(x)                2^x, ~2 ulp for x in [-126, 128); exactly 0 for x < -126 and
-//                                    for -inf (masked scores must contribute exactly nothing)
+//                                    for -inf (masked scores must contribute exactly nothing); NaN
+//                                    for NaN (a NaN score must make its row NaN, as in the
+//                                    reference, not look like a masked key)
 #ifndef FLASHC_SIMD_H
 #define FLASHC_SIMD_H
 
@@ -76,8 +78,10 @@ static inline FLASHC_VF32 flashc_vf32_load_bf16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 static inline FLASHC_VF32 flashc_vexp2(FLASHC_VF32 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f)); // -inf and far-negative inputs clamp here ...
-    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ); // ... and give 0
+    // -inf and far-negative inputs clamp here and give 0; NaN stays (max_ps returns its second
+    // operand where either is NaN, and NLT is true for NaN) and gives NaN
+    x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
     __m512 p = _mm512_set1_ps(FLASHC_EXP2_C6);
@@ -118,8 +122,9 @@ static inline FLASHC_VF32 flashc_vf32_load_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 static inline FLASHC_VF32 flashc_vexp2(FLASHC_VF32 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f)); // -inf and far-negative inputs clamp here ...
-    __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ); // ... and give 0
+    // as the AVX-512 form: -inf and far-negative inputs give 0, NaN gives NaN
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
+    __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ);
     __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(x, n);
     __m256 p = _mm256_set1_ps(FLASHC_EXP2_C6);
@@ -174,7 +179,8 @@ static inline FLASHC_VF32 flashc_vf32_load_bf16(const uint16_t *p) {
     return f;
 }
 static inline FLASHC_VF32 flashc_vexp2(FLASHC_VF32 x) {
-    if (!(x >= -126.0f)) return 0.0f; // also -inf
+    if (x < -126.0f) return 0.0f; // also -inf
+    if (x != x) return x;         // NaN stays NaN (and (int32_t)NaN below would be undefined)
     float n = floorf(x + 0.5f), f = x - n;
     float p = FLASHC_EXP2_C6;
     p = p * f + FLASHC_EXP2_C5;
