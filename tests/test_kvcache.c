@@ -750,26 +750,29 @@ static void run_paged_fwd(flashc_ctx *ctx, const char *bname, pgc c, uint64_t se
 // ------------------------------------------------------------------------------------------------
 // merge
 
-// out = sum_s exp(lse_s - lse) out_s over parts with finite lse, in fp64 here.
+// out = sum_s exp(lse_s - lse) out_s over parts with finite lse, in fp64 here; a NaN lse makes the
+// row's out and lse NaN, a NaN out element of a part with finite lse that element.
 static void merge_expect(int n, int B, int S, int H, int D, const double *parts, const double *lp, double *out, double *lse) {
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++)
             for (int h = 0; h < H; h++) {
                 double mx = -INFINITY;
+                int nan = 0;
                 for (int p = 0; p < n; p++) {
                     double x = lp[(((int64_t)p * B + b) * H + h) * S + s];
+                    nan |= isnan(x);
                     if (!isinf(x) && x > mx) mx = x;
                 }
                 double sum = 0;
                 for (int p = 0; p < n; p++) {
                     double x = lp[(((int64_t)p * B + b) * H + h) * S + s];
-                    if (!isinf(x)) sum += exp(x - mx);
+                    if (!isinf(x) && !isnan(x)) sum += exp(x - mx);
                 }
-                double L = sum > 0 ? mx + log(sum) : INFINITY;
+                double L = nan ? NAN : sum > 0 ? mx + log(sum) : INFINITY;
                 lse[((int64_t)b * H + h) * S + s] = L;
                 for (int d = 0; d < D; d++) {
-                    double acc = 0;
-                    for (int p = 0; p < n && sum > 0; p++) {
+                    double acc = nan ? NAN : 0;
+                    for (int p = 0; p < n && sum > 0 && !nan; p++) {
                         double x = lp[(((int64_t)p * B + b) * H + h) * S + s];
                         if (!isinf(x)) acc += exp(x - L) * parts[((((int64_t)p * B + b) * S + s) * H + h) * D + d];
                     }
@@ -815,6 +818,21 @@ static void run_merge_random(flashc_ctx *ctx, const char *bname, flashc_dtype pd
                         pd[di] = x;
                     }
                 }
+    // NaN propagates: row (b=0, h=1, s=2) has a NaN lse in part 2; row (1, 3, 1) a NaN lse in part 0
+    // and no key in the others (a merge that sums only finite lse would see an empty row: out 0);
+    // row (0, 2, 1) a NaN out element (d = 7) in part 4, which saw keys
+    for (int p = 0; p < n; p++) {
+        lp[(((int64_t)p * B + 1) * H + 3) * S + 1] = p ? INFINITY : NAN;
+        ld[(((int64_t)p * B + 1) * H + 3) * S + 1] = p ? INFINITY : NAN;
+    }
+    lp[(((int64_t)2 * B + 0) * H + 1) * S + 2] = NAN, ld[(((int64_t)2 * B + 0) * H + 1) * S + 2] = NAN;
+    lp[(((int64_t)4 * B + 0) * H + 2) * S + 1] = 0.5f, ld[(((int64_t)4 * B + 0) * H + 2) * S + 1] = 0.5;
+    for (int d = 0; d < D; d++) {
+        const int64_t off = 4 * ps + 0 * bs + 1 * ss + 2 * hs + d, di = ((((int64_t)4 * B + 0) * S + 1) * H + 2) * D + d;
+        const double x = d == 7 ? NAN : rnd_dt(&r, pdt, 1.0);
+        flashc__store(parts, off, pdt, (float)x);
+        pd[di] = x;
+    }
     double *oe = malloc(sizeof(double) * (size_t)B * S * H * D), *le = malloc(sizeof(double) * (size_t)n_lse);
     merge_expect(n, B, S, H, D, pd, ld, oe, le);
 
@@ -870,12 +888,12 @@ static void run_merge_random(flashc_ctx *ctx, const char *bname, flashc_dtype pd
                         double x = load_d(out, b * ob + s * osq + h * oh + d, odt), e = oe[(((int64_t)b * S + s) * H + h) * D + d];
                         // rounding of the result to the out dtype, plus fp32 partial rounding
                         double tol = (odt == FLASHC_DTYPE_F32 ? 1e-6 : odt == FLASHC_DTYPE_BF16 ? 0x1p-8 : 0x1p-11) * (1 + fabs(e));
-                        if (!(fabs(x - e) <= tol)) bad++;
-                        err = fmax(err, fabs(x - e));
+                        if (isnan(e) ? !isnan(x) : !(fabs(x - e) <= tol)) bad++;
+                        if (!isnan(e)) err = fmax(err, fabs(x - e));
                     }
                     double L = lse[((int64_t)b * H + h) * S + s], Le = le[((int64_t)b * H + h) * S + s];
-                    if (isinf(Le) ? L != Le : !(fabs(L - Le) <= 1e-6 * (1 + fabs(Le)))) bad++;
-                    if (!isinf(Le)) errl = fmax(errl, fabs(L - Le));
+                    if (isnan(Le) ? !isnan(L) : isinf(Le) ? L != Le : !(fabs(L - Le) <= 1e-6 * (1 + fabs(Le)))) bad++;
+                    if (isfinite(Le)) errl = fmax(errl, fabs(L - Le));
                 }
         if (bad) tc_fail("%s: %d elements off, max err %.3g, lse %.3g", label, bad, err, errl);
         else tc_pass("%s: max err %.3g, lse %.3g", label, err, errl);

@@ -973,9 +973,9 @@ __global__ __launch_bounds__(DEC_THREADS) void flashc_decode_mma_kernel(const __
 // <= log(n_parts) is small, so a weight carries a few ulp of error, where an fp32 exp(lse_s - lse)
 // would carry the rounding of lse (1e-6 relative at |lse| ~ 1e2). The fp64 version this replaces
 // had 40 bytes of spills (ptxas) for its exp / log calls. A part with lse_s = +/-inf saw no key:
-// weight 0, its out not read (it may be NaN). In place (out = part 0) is safe: a lane reads its
-// elements of every part before it writes them, and lse is written after a __syncwarp (all lanes
-// have read it).
+// weight 0, its out not read (it may be NaN). A NaN lse_s makes the row's out and lse NaN. In
+// place (out = part 0) is safe: a lane reads its elements of every part before it writes them, and
+// lse is written after a __syncwarp (all lanes have read it).
 
 __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_params p) {
     const int64_t n_rows = (int64_t)p.B * p.S * p.H;
@@ -1009,7 +1009,9 @@ __global__ __launch_bounds__(128) void flashc_merge_kernel(const flashc_merge_pa
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         // 8 parts per round, their loads issued together: the rounds are latency-bound (a split-KV
         // merge of B = 1 has only B * H warps on the whole GPU)
-        for (int sp0 = 0; sp0 < p.n_parts && LS != INFINITY; sp0 += 8) {
+        // (a NaN lse is in no sum, so a row whose only parts with keys are NaN has LS = +inf: it
+        // still runs, w = NaN puts NaN in acc, as in the host merge)
+        for (int sp0 = 0; sp0 < p.n_parts && (LS != INFINITY || nan); sp0 += 8) {
             float x[8], val[8][4];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
