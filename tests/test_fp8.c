@@ -519,6 +519,83 @@ static void check_ref_path(const fcase *c, const fdata *F) {
     flashc_ctx_free(ref);
 }
 
+// ------------------------------------------------------------------------------------------------
+// NaN: an e4m3 NaN code (0x7F) in q, k or v propagates as flashc.h states (test_flashc's nan_case
+// checks the other dtypes): q_i -> that row's O and lse NaN; k_j -> every row of the kv head's
+// group that sees key j; v_j element e -> element e of those rows (and may of the group's rows
+// that do not see j: P = 0 times NaN). Everything else must match a clean run within 2^-6 (O) and
+// 1e-5 (lse). A 129 x 300 causal case (several key blocks; rows < 29 do not see key 200) and a
+// 1-query case, D = 128, batch 2, H 4/2, the NaN in sequence 1.
+static void fp8_fwd_copy(flashc_ctx *ctx, const flashc_attn_desc *d, const uint8_t *q, const uint8_t *k, const uint8_t *v,
+                         int64_t nq, int64_t nk, uint16_t *o, int64_t no, float *lse, int64_t nl, flashc_status *st) {
+    for (int64_t i = 0; i < no; i++) o[i] = 0x7fda; // bf16 NaN
+    for (int64_t i = 0; i < nl; i++) lse[i] = NAN;
+    void *dq = tc_dev_put(ctx, q, (size_t)nq), *dk = tc_dev_put(ctx, k, (size_t)nk), *dv = tc_dev_put(ctx, v, (size_t)nk);
+    void *dO = tc_dev_put(ctx, o, 2 * (size_t)no), *dl = tc_dev_put(ctx, lse, sizeof(float) * (size_t)nl);
+    *st = flashc_fwd(ctx, d, dq, dk, dv, dO, dl, NULL, 0, NULL);
+    tc_dev_get(ctx, o, dO, 2 * (size_t)no);
+    tc_dev_get(ctx, lse, dl, sizeof(float) * (size_t)nl);
+    tc_dev_free(ctx, q, dq), tc_dev_free(ctx, k, dk), tc_dev_free(ctx, v, dv), tc_dev_free(ctx, o, dO), tc_dev_free(ctx, lse, dl);
+}
+
+static void check_nan(flashc_ctx *ctx, const char *be, uint64_t seed) {
+    const int B = 2, H = 4, Hkv = 2, G = H / Hkv, D = 128, pb = 1, pe = 40;
+    for (int shape = 0; shape < 2; shape++)
+        for (int what = 0; what < 3; what++) {
+            const int Sq = shape ? 1 : 129, Sk = shape ? 1000 : 300, pi = shape ? 0 : 100, ph = 3, pj = shape ? 517 : 200, pg = 1;
+            char name[160];
+            snprintf(name, sizeof name, "NaN in %s propagates %s e4m3 B=%d H=%d/%d Sq=%d Sk=%d D=%d%s", what == 0 ? "q" : what == 1 ? "k" : "v",
+                     be, B, H, Hkv, Sq, Sk, D, shape ? "" : " causal");
+            tc_running(name);
+            flashc_attn_desc d = {0};
+            d.batch = B, d.heads = H, d.heads_kv = Hkv, d.head_dim = D, d.dtype = FLASHC_DTYPE_E4M3;
+            d.seqlen_q = Sq, d.seqlen_k = Sk, d.causal = !shape;
+            flashc_fill_contiguous_strides(&d);
+            const int64_t nq = (int64_t)B * Sq * H * D, nk = (int64_t)B * Sk * Hkv * D, nl = (int64_t)B * H * Sq;
+            uint8_t *q = tc_alloc((size_t)nq), *k = tc_alloc((size_t)nk), *v = tc_alloc((size_t)nk);
+            tc_rng rng = tc_rng_make(seed, 0x9a9 + 8u * (uint64_t)shape + (uint64_t)what);
+            for (int64_t i = 0; i < nq; i++) q[i] = e4m3_rand(&rng, 3.0);
+            for (int64_t i = 0; i < nk; i++) k[i] = e4m3_rand(&rng, 3.0), v[i] = e4m3_rand(&rng, 2.0);
+            uint16_t *o[2] = {tc_alloc(2 * (size_t)nq), tc_alloc(2 * (size_t)nq)};
+            float *l[2] = {tc_alloc(sizeof(float) * (size_t)nl), tc_alloc(sizeof(float) * (size_t)nl)};
+            flashc_status st[2];
+            fp8_fwd_copy(ctx, &d, q, k, v, nq, nk, o[0], nq, l[0], nl, &st[0]);
+            if (what == 0) q[(((int64_t)pb * Sq + pi) * H + ph) * D + pe] = 0x7F;
+            else (what == 1 ? k : v)[(((int64_t)pb * Sk + pj) * Hkv + pg) * D + pe] = 0x7F;
+            fp8_fwd_copy(ctx, &d, q, k, v, nq, nk, o[1], nq, l[1], nl, &st[1]);
+            if (st[0] != FLASHC_OK || st[1] != FLASHC_OK) {
+                tc_fail("%s: flashc_fwd = %s: %s", name, flashc_status_string(st[st[0] == FLASHC_OK]), flashc_ctx_last_error(ctx));
+            } else {
+                double amax = 0;
+                for (int64_t i = 0; i < nq; i++) amax = fmax(amax, fabs((double)flashc__bf16_to_f32(o[0][i])));
+                int64_t n_want = 0, n_missing = 0, n_clean_nan = 0, n_leak = 0, n_off = 0;
+                for (int b = 0; b < B; b++)
+                    for (int i = 0; i < Sq; i++)
+                        for (int h = 0; h < H; h++) {
+                            const int in_group = b == pb && h / G == pg, see = in_group && sees(&d, i, pj, Sq, Sk);
+                            const int row_nan = what == 0 ? b == pb && i == pi && h == ph : what == 1 && see;
+                            for (int e = -1; e < D; e++) { // e = -1: the lse
+                                const int64_t oi = (((int64_t)b * Sq + i) * H + h) * D + e, li = ((int64_t)b * H + h) * Sq + i;
+                                const double x0 = e < 0 ? l[0][li] : flashc__bf16_to_f32(o[0][oi]);
+                                const double x1 = e < 0 ? l[1][li] : flashc__bf16_to_f32(o[1][oi]);
+                                const int want = row_nan || (what == 2 && see && e == pe), may = what == 2 && in_group && !see && e == pe;
+                                n_clean_nan += isnan(x0);
+                                if (want) n_want++, n_missing += !isnan(x1);
+                                else if (isnan(x1)) n_leak += !may;
+                                else if (x1 != x0)
+                                    n_off += !(fabs(x1 - x0) <= (e < 0 ? 1e-5 * (1 + fabs(x0)) : 0x1p-6 * fabs(x0) + 0x1p-9 * amax));
+                            }
+                        }
+                if (n_clean_nan || n_missing || n_leak || n_off)
+                    tc_fail("%s: %lld NaN in the clean run, %lld of %lld values that must be NaN are not, %lld NaN that must "
+                            "not be, %lld moved beyond tolerance", name, (long long)n_clean_nan, (long long)n_missing,
+                            (long long)n_want, (long long)n_leak, (long long)n_off);
+                else tc_pass("%s: %lld values NaN as they must be", name, (long long)n_want);
+            }
+            free(q), free(k), free(v), free(o[0]), free(o[1]), free(l[0]), free(l[1]);
+        }
+}
+
 int main(int argc, char **argv) {
     const char *backend = NULL;
     uint64_t seed = 1;
@@ -571,6 +648,12 @@ int main(int argc, char **argv) {
         }
         if (ctx3) run_case(ctx3, "cuda-ctas3", &c, &F, 0);
         fdata_free(&F);
+    }
+    if (!fuzz && only < 0) { // on the ref backend when there is no device: the rule's own check
+        flashc_ctx *ref = NULL;
+        if (ctx) check_nan(ctx, be, seed);
+        else if (flashc_ctx_create(&ref, FLASHC_BACKEND_REF, 1) == FLASHC_OK) check_nan(ref, "ref", seed);
+        flashc_ctx_free(ref);
     }
     flashc_ctx_free(ctx);
     flashc_ctx_free(ctx3);
