@@ -1,0 +1,74 @@
+#!/bin/sh
+# pending.sh -- the device calls for the experiments waiting in dev/cuda/patches (see the README
+# there), written down once: each session without a GPU has rebuilt this routine by hand, and
+# build-gpu/ does not survive between sessions.
+#
+# Here (no GPU):  sh dev/cuda/pending.sh pack
+#   applies every patch in dev/cuda/patches on HEAD, each in its own worktree /tmp/pending/NAME
+#   (NAME = the patch's name without its number: 0013-bwd-dq-sw32.patch -> bwd-dq-sw32), and packs
+#   main (this checkout) and each NAME into build-gpu/carry with carry.sh (~2-3 min a build here).
+# There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call on an H100):
+#   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
+#                                      --fuzz 300, racecheck and memcheck over the bf16 backward
+#   sh dev/cuda/pending.sh ab [NAME..] one-process A/B of each NAME against main, backward, D 128
+#                                      and 64, S 512-16k (dev/cuda/ab.py --bwd), then ncu's shared
+#                                      wavefronts of the D = 128 S = 4096 backward for main and each
+# The kernel patches of session 37 touch the backward only; a patch for the forward needs its own
+# ab line (ab.py without --bwd).
+set -eu
+cd "$(dirname "$0")/../.."
+names() { for p in dev/cuda/patches/0*.patch; do basename "$p" .patch | sed 's/^[0-9]*-//'; done; }
+out=${OUT:-/tmp/pending-out}
+mkdir -p "$out"
+
+case "${1:-}" in
+pack)
+    rm -rf build-gpu/pack build-gpu/carry
+    sh dev/cuda/carry.sh add main
+    for p in dev/cuda/patches/0*.patch; do
+        n=$(basename "$p" .patch | sed 's/^[0-9]*-//')
+        tree=/tmp/pending/$n
+        [ -d "$tree" ] && git worktree remove --force "$tree"
+        git worktree add -q --detach "$tree" HEAD
+        git -C "$tree" am -q -3 "$PWD/$p"
+        sh dev/cuda/carry.sh add "$n" "$tree"
+    done
+    ;;
+check)
+    [ $# -eq 2 ] || { echo "usage: sh dev/cuda/pending.sh check NAME" >&2; exit 2; }
+    n=$2
+    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    t=/tmp/x/$n/test_flashc
+    run() { # LABEL LOG CMD...: the command's last line beside its label
+        label=$1 log=$out/$2; shift 2
+        timeout 280 "$@" >"$log" 2>&1 && rc=0 || rc=$?
+        echo "$n $label: $(tail -n 1 "$log") [exit $rc]" | tee -a "$out/summary.txt"
+    }
+    run "bwd cases" check-$n.log "$t" --backend cuda --filter "bwd cuda"
+    run "bwd cases, 3 CTAs" check3-$n.log env FLASHC_CUDA_CTAS=3 "$t" --backend cuda --filter "bwd cuda"
+    run "fuzz 300" fuzz-$n.log "$t" --backend cuda --fuzz 300 --seed 3707
+    run "racecheck" race-$n.log compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16"
+    run "memcheck" mem-$n.log compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16"
+    ;;
+ab)
+    shift
+    [ $# -gt 0 ] || set -- $(names)
+    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    for n in "$@"; do
+        python3 dev/cuda/ab.py --lib /tmp/x/main/libflashc.so --lib2 "/tmp/x/$n/libflashc.so" --bwd --rounds 9 \
+            --dims 128,64 --seqlens 512,1024,2048,4096,8192,16384 2>&1 | tee "$out/ab-$n.txt"
+    done
+    for n in main "$@"; do # launch 7: the 4th call's first backward kernel (its split tail is the 2nd)
+        timeout 120 ncu --kernel-name regex:flashc_bwd_sm90_kernel --launch-skip 6 --launch-count 1 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
+            python3 dev/cuda/profile_train.py --lib "/tmp/x/$n/libflashc.so" --bwd --dim 128 --seqlen 4096 \
+            >"$out/ncu-$n.txt" 2>&1 || true
+        echo "== ncu $n: $(grep -o 'flashc_bwd_sm90_kernel<[^>]*>' "$out/ncu-$n.txt" | head -n 1)"
+        grep -iE "Duration|bank conflict|excessive wavefronts" "$out/ncu-$n.txt" | sed 's/^ */  /' || true
+    done
+    ;;
+*)
+    echo "usage: sh dev/cuda/pending.sh pack | check NAME | ab [NAME..]" >&2
+    exit 2
+    ;;
+esac
