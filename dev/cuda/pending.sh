@@ -6,13 +6,16 @@
 # Here (no GPU):  sh dev/cuda/pending.sh pack
 #   applies every patch in dev/cuda/patches on HEAD, each in its own worktree /tmp/pending/NAME
 #   (NAME = the patch's name without its number: 0013-bwd-dq-sw32.patch -> bwd-dq-sw32), and packs
-#   main (this checkout) and each NAME into build-gpu/carry with carry.sh (~2-3 min a build here).
+#   main (this checkout) and each NAME into build-gpu/carry with carry.sh (~1.5 min a build here),
+#   and builds dev/cuda/readbw.cu there (the decode read lab).
 # There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call on an H100):
 #   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
 #                                      --fuzz 300, racecheck and memcheck over the bf16 backward
 #   sh dev/cuda/pending.sh ab [NAME..] one-process A/B of each NAME against main, backward, D 128
 #                                      and 64, S 512-16k (dev/cuda/ab.py --bwd), then ncu's shared
-#                                      wavefronts of the D = 128 S = 4096 backward for main and each
+#                                      wavefronts of the D = 128 S = 4096 backward for main and each,
+#                                      then readbw KV_EVEN=1 (batch 16's decode loads on 128 per-head
+#                                      CTAs vs spread over every SM: NOTES session 37; H200 unmeasured)
 # The kernel patches of session 37 touch the backward only; a patch for the forward needs its own
 # ab line (ab.py without --bwd).
 set -eu
@@ -33,6 +36,7 @@ pack)
         git -C "$tree" am -q -3 "$PWD/$p"
         sh dev/cuda/carry.sh add "$n" "$tree"
     done
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude dev/cuda/readbw.cu -o build-gpu/carry/readbw
     ;;
 check)
     [ $# -eq 2 ] || { echo "usage: sh dev/cuda/pending.sh check NAME" >&2; exit 2; }
@@ -66,6 +70,7 @@ ab)
         echo "== ncu $n: $(grep -o 'flashc_bwd_sm90_kernel<[^>]*>' "$out/ncu-$n.txt" | head -n 1)"
         grep -iE "Duration|bank conflict|excessive wavefronts" "$out/ncu-$n.txt" | sed 's/^ */  /' || true
     done
+    if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
     ;;
 *)
     echo "usage: sh dev/cuda/pending.sh pack | check NAME | ab [NAME..]" >&2
