@@ -334,7 +334,7 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
         if (!ctx->ops->read_i32 && mode != FLASHC__FOR_KVCACHE) { // kvcache: against c_b + seqlen_new
             for (int b = 0; b < p->B; b++) {
                 flashc_seq s = flashc__seq(p, b);
-                for (int64_t i = 0; i < (s.sk + d->page_size - 1) / d->page_size; i++) {
+                for (int64_t i = 0; i < ((int64_t)s.sk + d->page_size - 1) / d->page_size; i++) { // (int: wraps at page_size 2^31 - 1)
                     int32_t page = d->block_table[(int64_t)b * d->block_table_stride + i];
                     if (page < 0 || page >= d->num_pages)
                         FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table[%d][%lld] = %d: must be in [0, num_pages = %d)", b,

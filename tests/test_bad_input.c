@@ -352,6 +352,8 @@ static void host_cases(void) {
          PAGED(s); s->d.block_table_stride = 1);
     CASE("block_table entry = num_pages", INV, "block_table", CALL_FWD | CALL_SUP | DESC, PAGED(s); s->table[1] = 4);
     CASE("block_table entry = -1", INV, "block_table", CALL_FWD | CALL_SUP | DESC, PAGED(s); s->table[2] = -1);
+    CASE("block_table entry = -1e8 at page_size = 2^31 - 1 (the page count in int wrapped: not checked)", INV,
+         "block_table", CALL_FWD | CALL_SUP | DESC, PAGED(s); s->d.page_size = INT32_MAX; s->table[0] = -100000000);
     CASE("k_stride pages overlap (page stride < page rows)", INV, "k_stride", CALL_FWD | CALL_SUP | DESC,
          PAGED(s); set_stride(s->d.k_stride, 3 * HKV * D_, HKV * D_, D_));
     CASE("bwd with a block_table (paged K/V is forward only)", FLASHC_ERR_UNSUPPORTED, "block_table", CALL_BWD | CALL_SUP,
