@@ -248,17 +248,30 @@ static inline size_t flashc__dtype_size(flashc_dtype t) {
     return t == FLASHC_DTYPE_F32 ? 4 : t == FLASHC_DTYPE_E4M3 ? 1 : 2;
 }
 
+// Zero rows 0 .. rows - 1 (heads head vectors of D elements each) of x, strides st [-, row, head].
+static inline void flashc__zero_rows_host(void *x, const int64_t st[3], int64_t rows, int heads, int D, flashc_dtype t) {
+    const size_t es = flashc__dtype_size(t);
+    for (int64_t r = 0; r < rows; r++)
+        for (int h = 0; h < heads; h++) memset((char *)x + es * (size_t)(r * st[1] + h * st[2]), 0, es * (size_t)D);
+}
+
 // Varlen rows before cu_seqlens_q[0] belong to no sequence: a forward sets them as it sets a row
 // that sees no key, o = 0 and lse = +inf (flashc.h), whichever kernel runs. The host backends'
 // forwards call this; the CUDA backend has a kernel for it (zero_rows).
 static inline void flashc__unowned_rows_host(const flashc_problem *p, void *o, float *lse) {
     if (!p->varlen) return;
-    const size_t es = flashc__dtype_size(p->o_dtype);
-    for (int64_t r = 0; r < p->cu_q_host[0]; r++)
-        for (int h = 0; h < p->H; h++) {
-            memset((char *)o + es * (size_t)(r * p->o_stride[1] + h * p->o_stride[2]), 0, es * (size_t)p->D);
-            if (lse) lse[(int64_t)h * p->total_q + r] = INFINITY;
-        }
+    flashc__zero_rows_host(o, p->o_stride, p->cu_q_host[0], p->H, p->D, p->o_dtype);
+    for (int64_t r = 0; lse && r < p->cu_q_host[0]; r++)
+        for (int h = 0; h < p->H; h++) lse[(int64_t)h * p->total_q + r] = INFINITY;
+}
+
+// The backward's: dq rows before cu_seqlens_q[0] and dk, dv rows before cu_seqlens_k[0] are 0, as
+// the gradients of rows that see no key and of keys no query sees.
+static inline void flashc__unowned_grad_rows_host(const flashc_problem *p, void *dq, void *dk, void *dv) {
+    if (!p->varlen) return;
+    flashc__zero_rows_host(dq, p->dq_stride, p->cu_q_host[0], p->H, p->D, p->dtype);
+    flashc__zero_rows_host(dk, p->dk_stride, p->cu_k_host[0], p->H_kv, p->D, p->dtype);
+    flashc__zero_rows_host(dv, p->dv_stride, p->cu_k_host[0], p->H_kv, p->D, p->dtype);
 }
 
 // ------------------------------------------------------------------------------------------------

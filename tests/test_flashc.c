@@ -67,6 +67,7 @@ typedef struct tcase {
     int32_t lq[MAXB], lk[MAXB];
     int used;                    // seqused_k in uk
     int32_t uk[MAXB];
+    int q0, k0;                  // varlen: rows before the first sequence (cu_seqlens_*[0]), owned by none
     int quick;                   // in the --quick subset
 } tcase;
 
@@ -151,6 +152,7 @@ static void mixed_cases(tc_rng *r, int n, int wide) {
                 c.used = 1;
                 for (int b = 0; b < Bv; b++) c.uk[b] = tc_int(r, lk[b] + 3);
             }
+            if (wide && tc_int(r, 4) == 0) c.q0 = tc_int(r, 9), c.k0 = tc_int(r, 9); // (the table keeps its draws)
         }
 #undef S_DRAW
         if (case_cost(&c) > (wide ? 2e7 : 4e6)) continue;
@@ -473,6 +475,21 @@ static void build_cases(void) {
     // mixed cases from a fixed seed (the case list does not depend on --seed)
     tc_rng r = tc_rng_make(12345, 777);
     mixed_cases(&r, 110, 0);
+
+    // varlen with rows before the first sequence (cu_seqlens_q[0], cu_seqlens_k[0] > 0): owned by
+    // none, so o = 0, lse = +inf, dq = dk = dv = 0 there (flashc.h); after the mixed cases, whose
+    // inputs depend on their index
+    {
+        static const int lq[] = {17, 130, 1}, lk[] = {40, 200, 0};
+        for (int t = 0; t < 3; t++)
+            for (int causal = 0; causal < 2; causal++) {
+                tcase c = mk(0, 4, 2, 0, 0, t ? 64 : 40, DT3[t]);
+                set_varlen(&c, 3, lq, lk);
+                c.q0 = 5 + causal, c.k0 = 9 - causal, c.causal = causal;
+                if (t == 2) c.layout = L_PADDED;
+                add(c);
+            }
+    }
 }
 
 // The fuzz list (--fuzz N): N mixed cases drawn from --seed, with wider ranges (mixed_cases' WIDE),
@@ -497,6 +514,7 @@ static int case_desc(char *s, size_t n, const tcase *c) {
         for (int b = 0; b < c->B; b++) APPEND("%s%d", b ? "," : "", c->lk[b]);
         APPEND("]");
     }
+    if (c->q0 || c->k0) APPEND(" unowned rows=(%d,%d)", c->q0, c->k0);
     if (c->used) {
         APPEND(" seqused_k=[");
         for (int b = 0; b < c->B; b++) APPEND("%s%d", b ? "," : "", c->uk[b]);
@@ -525,6 +543,7 @@ static dims make_dims(const tcase *c) {
     memset(&m, 0, sizeof m);
     m.B = c->B, m.H = c->H, m.Hkv = c->Hkv, m.Sq = c->Sq, m.Sk = c->Sk, m.D = c->D, m.varlen = c->varlen;
     if (c->varlen) {
+        m.cuq[0] = c->q0, m.cuk[0] = c->k0;
         for (int b = 0; b < c->B; b++) m.cuq[b + 1] = m.cuq[b] + c->lq[b], m.cuk[b + 1] = m.cuk[b] + c->lk[b];
         m.tq = m.cuq[c->B], m.tk = m.cuk[c->B];
     } else {

@@ -376,6 +376,7 @@ static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
 
 static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a) {
     cpu_state *st = ctx->priv;
+    flashc__unowned_grad_rows_host(p, a->dq, a->dk, a->dv);
     bwd_job J = {.p = p, .a = a, .k = st->k, .L = bwd_carve(ctx, p, a->ws)};
     for (int t = 0; t < ctx->n_threads; t++) { // every thread's Q_i, dO_i cache starts empty
         flashc_cpu_bwd_scratch sc;
