@@ -191,7 +191,8 @@ FLASHC_API const char   *flashc_ctx_last_error(const flashc_ctx *ctx);
 
 /* FLASHC_OK if the ctx's backend can run this problem (forward and backward; the forward alone for
  * E4M3, which has no backward), else the status flashc_fwd would return, with the reason in
- * flashc_ctx_last_error. Reads no tensor memory except cu_seqlens (host backends). */
+ * flashc_ctx_last_error; paged K/V, which has no backward, answers UNSUPPORTED. Reads no tensor
+ * memory except cu_seqlens (host backends). */
 FLASHC_API flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d);
 
 /* Workspace sizes in bytes (on the ctx's device). 0 means none is needed. The sizes depend only on

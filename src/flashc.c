@@ -207,7 +207,7 @@ int32_t *flashc__host_i32(flashc_ctx *ctx, size_t n) {
 // Copy n int32 from the backend's memory into the ctx's host scratch at offset `at`.
 flashc_status flashc__fetch_i32(flashc_ctx *ctx, size_t at, const int32_t *src, int64_t n) {
     if (!flashc__host_i32(ctx, at + (size_t)n))
-        FAIL(ctx, FLASHC_ERR_ALLOC, "out of host memory for %lld cu_seqlens entries", (long long)n);
+        FAIL(ctx, FLASHC_ERR_ALLOC, "out of host memory for %lld int32 entries (cu_seqlens, seqused_k)", (long long)n);
     if (ctx->ops->read_i32) return ctx->ops->read_i32(ctx, ctx->host_i32 + at, src, n);
     memcpy(ctx->host_i32 + at, src, (size_t)n * sizeof *src);
     return FLASHC_OK;
@@ -282,7 +282,6 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
     p->v_descale = d->v_descale != 0 ? d->v_descale : 1.f;
     p->scale = d->scale != 0 ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
     p->softcap = d->softcap;
-    p->is_causal = d->causal;
     p->window_left = d->use_window ? d->window_left : -1;
     p->window_right = d->causal ? 0 : d->use_window ? d->window_right : -1;
     p->alibi_slopes = d->alibi_slopes;
@@ -292,7 +291,6 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
     p->cu_k = d->cu_seqlens_k;
     p->seqused_k = d->seqused_k;
     p->varlen = d->cu_seqlens_q != NULL;
-    p->for_kvcache = mode == FLASHC__FOR_KVCACHE;
 
     // varlen offsets: fetch to the host once (device memory for CUDA: a small copy + sync)
     if (p->varlen) {
@@ -348,24 +346,20 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
         p->num_pages = d->num_pages;
     }
 
-    // strides (zero = contiguous for q/k/v/o; zero = same-as for the gradients)
-    memcpy(p->q_stride, d->q_stride, sizeof p->q_stride);
-    memcpy(p->k_stride, d->k_stride, sizeof p->k_stride);
-    memcpy(p->v_stride, d->v_stride, sizeof p->v_stride);
-    memcpy(p->o_stride, d->o_stride, sizeof p->o_stride);
-    memcpy(p->do_stride, d->do_stride, sizeof p->do_stride);
-    memcpy(p->dq_stride, d->dq_stride, sizeof p->dq_stride);
-    memcpy(p->dk_stride, d->dk_stride, sizeof p->dk_stride);
-    memcpy(p->dv_stride, d->dv_stride, sizeof p->dv_stride);
+    // strides: zero = contiguous for q/k/v/o (filled here), zero = same-as for the gradients (filled
+    // by flashc__check_tensor)
     {
-        flashc_attn_desc tmp = *d; // fills the all-zero strides of q/k/v/o
-        memcpy(tmp.q_stride, p->q_stride, sizeof p->q_stride);
+        flashc_attn_desc tmp = *d;
         flashc_fill_contiguous_strides(&tmp);
         memcpy(p->q_stride, tmp.q_stride, sizeof p->q_stride);
         memcpy(p->k_stride, tmp.k_stride, sizeof p->k_stride);
         memcpy(p->v_stride, tmp.v_stride, sizeof p->v_stride);
         memcpy(p->o_stride, tmp.o_stride, sizeof p->o_stride);
     }
+    memcpy(p->do_stride, d->do_stride, sizeof p->do_stride);
+    memcpy(p->dq_stride, d->dq_stride, sizeof p->dq_stride);
+    memcpy(p->dk_stride, d->dk_stride, sizeof p->dk_stride);
+    memcpy(p->dv_stride, d->dv_stride, sizeof p->dv_stride);
     flashc_status st;
     // q-like tensors: (B, Sq) rows, or total_q rows in varlen mode; k-like: (B, Sk) / total_k, or
     // (num_pages, page_size) when paged

@@ -25,7 +25,8 @@ extern "C" {
 // Everything a backend needs, with defaults applied:
 //   strides filled in (dout/dq/dk/dv resolved from o/q/k/v), scale resolved,
 //   window resolved into [window_left, window_right] with -1 = unbounded and causal folded in,
-//   varlen offsets copied to host memory (cu_q_host, cu_k_host, seqused_k_host; NULL in batch mode).
+//   varlen offsets copied to host memory (cu_q_host, cu_k_host: NULL in batch mode; seqused_k_host:
+//   NULL without seqused_k).
 typedef struct flashc_problem {
     int32_t B, Sq, Sk, H, H_kv, D;   // Sq, Sk: max lengths in varlen mode
     int32_t group;                   // H / H_kv
@@ -35,7 +36,6 @@ typedef struct flashc_problem {
     float scale;                     // resolved, > 0
     float softcap;                   // 0 = off
     int32_t window_left, window_right; // -1 = unbounded; causal => window_right = 0
-    int32_t is_causal;               // the user asked for causal (window_right == 0 too)
     const float *alibi_slopes;       // NULL = off (device pointer for CUDA)
     int64_t alibi_batch_stride;      // 0 = per head only
     int32_t deterministic;
@@ -44,7 +44,7 @@ typedef struct flashc_problem {
     int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
     int64_t do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
     const int32_t *cu_q, *cu_k, *seqused_k;        // user pointers, on the ctx's device
-    const int32_t *cu_q_host, *cu_k_host, *seqused_k_host; // host copies (NULL in batch mode)
+    const int32_t *cu_q_host, *cu_k_host, *seqused_k_host; // host copies (cu_*: NULL in batch mode)
     // Paged K/V (forward only): key j of sequence b is row j % page_size of page
     // block_table[b * block_table_stride + j / page_size]; k_stride[0] is the page stride.
     const int32_t *block_table;      // NULL = not paged (device pointer for CUDA)
@@ -53,7 +53,6 @@ typedef struct flashc_problem {
     // KV cache (flashc_fwd_kvcache only): sequence b reads cache row cache_batch_idx[b] (batch stride
     // of k/v); NULL = b. Host pointer for host backends, device pointer for CUDA.
     const int32_t *cache_batch_idx;
-    int32_t for_kvcache;             // resolved for flashc_fwd_kvcache (backends may take paths only it has)
 } flashc_problem;
 
 // One sequence of the batch: its lengths and the row offsets of its first q row and k row.

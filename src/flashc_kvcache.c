@@ -270,7 +270,6 @@ static flashc_status kv_resolve(flashc_ctx *ctx, const flashc_attn_desc *d, cons
     if (kv->num_cache_rows < 0)
         FAIL(ctx, FLASHC_ERR_INVALID_ARG, "num_cache_rows = %lld: must be >= 0 (0 = not given)",
              (long long)kv->num_cache_rows);
-    a->seqlen_new = kv->seqlen_new;
     a->cache_seqlens = kv->cache_seqlens;
     a->num_splits = kv->num_splits;
     a->num_cache_rows = kv->num_cache_rows;

@@ -645,7 +645,6 @@ static flashc_problem ref_problem(const tcase *c, const dims *m, const float *sl
     p.dtype = c->dt;
     p.scale = c->scale != 0 ? c->scale : (float)(1.0 / sqrt((double)c->D));
     p.softcap = c->softcap;
-    p.is_causal = c->causal;
     p.window_left = c->win ? c->wl : -1;
     p.window_right = c->causal ? 0 : c->win ? c->wr : -1;
     p.alibi_slopes = slopes;

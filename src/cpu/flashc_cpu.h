@@ -88,6 +88,7 @@ FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_avx512;
 // stores O = 0, not 0 * O_i (O_i holds 0 * inf = NaN where the block read an Inf in V at a key
 // other rows see); a NaN score makes l NaN: NaN and NaN.
 #define LN2 0.6931471805599453f
+#define LOG2E 1.4426950408889634f
 static inline float flashc__cpu_row_end(float m, float l, float *inv_l) {
     *inv_l = l > 0.0f ? 1.0f / l : l == 0.0f ? 0.0f : NAN;
     return l > 0.0f ? (m + log2f(l)) * LN2 : l == 0.0f ? INFINITY : NAN;

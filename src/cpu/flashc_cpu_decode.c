@@ -10,7 +10,7 @@
 //   part_o    fp32 (n_splits, total_q, H, D)   split partials (n_splits > 1 only)
 //   part_lse  fp32 (n_splits, H, total_q)  in (PB, H, PS) order, as flashc_merge's lse_parts
 //   scratch   n_threads slices of flashc__cpu_dec_carve bytes
-// At B = 1, H = 32, D = 128, Sq = 1, 16 splits, 2 threads: 256 KiB of partials and 2 x 68 KiB.
+// At B = 1, H = 32, D = 128, Sq = 1, 16 splits, 2 threads: 256 KiB of partials and 2 x 83 KiB.
 #include "flashc_cpu_decode.h"
 
 #include <stdlib.h>

@@ -22,7 +22,6 @@
 #define W FLASHC_VF32_W
 #define BC FLASHC_CPU_DEC_BC
 #define MR FLASHC_CPU_DEC_MR
-#define LOG2E 1.4426950408889634f
 
 #if defined(__GNUC__)
 #define DEC_INLINE static inline __attribute__((always_inline))
@@ -31,9 +30,6 @@
 #define DEC_INLINE static inline
 #define DEC_UNROLL
 #endif
-
-static inline int64_t dec_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t dec_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // ------------------------------------------------------------------------------------------------
 // horizontal reductions (once per key or per block, outside the FMA chains)
@@ -252,7 +248,7 @@ static void softmax_rows(const flashc_problem *p, float *S, int mr, int64_t nk, 
         if (slope2[r] != 0.0f) // S -= slope |i + sk - sq - j| (log2 units)
             for (int64_t c = 0; c < nk; c++) S_r[c] -= slope2[r] * fabsf((float)(diag[r] - (j0 + c)));
         // the mask (keys outside [lo, hi)) and the padding past nk
-        const int64_t c_lo = dec_max(0, dec_min(nk, lo[r] - j0)), c_hi = dec_max(c_lo, dec_min(nk, hi[r] - j0));
+        const int64_t c_lo = max64(0, min64(nk, lo[r] - j0)), c_hi = max64(c_lo, min64(nk, hi[r] - j0));
         for (int64_t c = 0; c < c_lo; c++) S_r[c] = -INFINITY;
         for (int64_t c = c_hi; c < nkw; c++) S_r[c] = -INFINITY;
 
@@ -351,9 +347,9 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
     float slope2[MR];
     int64_t diag[MR];
     int cur = 0;
-    if (X->jb < X->je) row_offsets(p, X->b, &X->s, X->jb, dec_min(BC, X->je - X->jb), t->k_off, t->v_off);
+    if (X->jb < X->je) row_offsets(p, X->b, &X->s, X->jb, min64(BC, X->je - X->jb), t->k_off, t->v_off);
     for (int64_t j0 = X->jb; j0 < X->je; j0 += BC, cur ^= 1) {
-        const int64_t nk = dec_min(BC, X->je - j0), n1 = dec_max(0, dec_min(BC, X->je - j0 - BC));
+        const int64_t nk = min64(BC, X->je - j0), n1 = max64(0, min64(BC, X->je - j0 - BC));
         const int64_t *ko = t->k_off + cur * BC, *vo = t->v_off + cur * BC;
         // the next block: its row offsets, and its K and V lines to prefetch over this block's head
         // passes (an equal share of the lines per pass, a few per key)
@@ -362,11 +358,11 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
         if (n1 > 0) {
             int64_t *ko1 = t->k_off + (cur ^ 1) * BC, *vo1 = t->v_off + (cur ^ 1) * BC;
             row_offsets(p, X->b, &X->s, j0 + BC, n1, ko1, vo1);
-        }
-        if (n1 > 0 && !X->staged) { // (the staged path copies rows anyway)
-            const int64_t *ko1 = t->k_off + (cur ^ 1) * BC, *vo1 = t->v_off + (cur ^ 1) * BC;
-            k_lines = pf_segments(p, J->k, p->k_stride[2], ko1, n1, X->kh0, X->nh, t->kn, &kc.seg_lines) * kc.seg_lines;
-            v_lines = pf_segments(p, J->v, p->v_stride[2], vo1, n1, X->kh0, X->nh, t->vn, &vc.seg_lines) * vc.seg_lines;
+            if (!X->staged) { // (the staged path copies rows anyway)
+                k_lines = pf_segments(p, J->k, p->k_stride[2], ko1, n1, X->kh0, X->nh, t->kn, &kc.seg_lines);
+                v_lines = pf_segments(p, J->v, p->v_stride[2], vo1, n1, X->kh0, X->nh, t->vn, &vc.seg_lines);
+                k_lines *= kc.seg_lines, v_lines *= vc.seg_lines;
+            }
         }
         const int64_t k_share = (k_lines + X->nh - 1) / X->nh, v_share = (v_lines + X->nh - 1) / X->nh;
         const int64_t k_per_key = (k_share + nk - 1) / nk, v_per_key = (v_share + nk - 1) / nk;
@@ -384,11 +380,11 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
             }
             // this pass's share: up to (pass + 1) shares issued in all, never past the last line
             const int64_t pass = kh - X->kh0 + 1;
-            kc.left = dec_min(k_lines, pass * k_share) - (kc.s * kc.seg_lines + kc.l);
-            vc.left = dec_min(v_lines, pass * v_share) - (vc.s * vc.seg_lines + vc.l);
+            kc.left = min64(k_lines, pass * k_share) - (kc.s * kc.seg_lines + kc.l);
+            vc.left = min64(v_lines, pass * v_share) - (vc.s * vc.seg_lines + vc.l);
             const int64_t m0 = (int64_t)(kh - X->kh0) * X->RG;
             for (int64_t r0 = 0; r0 < X->RG; r0 += MR) {
-                const int mr = (int)dec_min(MR, X->RG - r0);
+                const int mr = (int)min64(MR, X->RG - r0);
                 // rows of the tile that see a key of this block
                 int any = 0;
                 for (int r = 0; r < mr; r++) {
@@ -443,7 +439,7 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
     X.nh = nh;
     X.G = p->group;
     X.i0 = i0;
-    X.ni = dec_min(J->qc, X.s.sq - i0);
+    X.ni = min64(J->qc, X.s.sq - i0);
     X.RG = X.ni * X.G;
     X.Dp = (p->D + FLASHC_CPU_DEC_DP_ALIGN - 1) / FLASHC_CPU_DEC_DP_ALIGN * FLASHC_CPU_DEC_DP_ALIGN;
     X.staged = p->D % W != 0;
@@ -473,15 +469,15 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
     for (int64_t ii = 0; ii < X.ni; ii++) {
         flashc__key_range(p, i0 + ii, X.s.sq, X.s.sk, &t->lo[ii], &t->hi[ii]);
         if (t->lo[ii] < t->hi[ii]) {
-            ulo = dec_min(ulo, t->lo[ii]);
-            uhi = dec_max(uhi, t->hi[ii]);
+            ulo = min64(ulo, t->lo[ii]);
+            uhi = max64(uhi, t->hi[ii]);
         }
     }
     X.jb = X.je = 0;
     if (ulo < uhi) {
         const int64_t per = ((uhi - ulo + J->n_splits - 1) / J->n_splits + BC - 1) / BC * BC;
-        X.jb = dec_min(uhi, ulo + sp * per);
-        X.je = dec_min(uhi, X.jb + per);
+        X.jb = min64(uhi, ulo + sp * per);
+        X.je = min64(uhi, X.jb + per);
     }
 
     if (X.pair) run_blocks(&X, FLASHC_DTYPE_BF16, 1);

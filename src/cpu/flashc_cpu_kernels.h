@@ -205,24 +205,14 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
 // Writes dK_j, dV_j (or adds them to the group's fp32 sums) and adds dS_ij K_j to the slot's fp32
 // dQ partial rows; every row of the key block is written, zeros where no query sees it.
 
-// Smallest i in [0, sq) for which pred holds, sq if none; pred is monotone (false .. true).
-static int64_t first_row_with_hi_above(const flashc_problem *p, int32_t sq, int32_t sk, int64_t j) {
-    int64_t lo_i = 0, hi_i = sq; // search for hi(i) > j
+// Smallest row i in [0, sq) whose key range [lo(i), hi(i)) has lo(i) >= j (by_lo) or hi(i) > j,
+// sq if none: both are monotone in i (lo and hi are nondecreasing), so a binary search.
+static int64_t first_row(const flashc_problem *p, int32_t sq, int32_t sk, int64_t j, int by_lo) {
+    int64_t lo_i = 0, hi_i = sq;
     while (lo_i < hi_i) {
         int64_t mid = lo_i + (hi_i - lo_i) / 2, l, h;
         flashc__key_range(p, mid, sq, sk, &l, &h);
-        if (h > j) hi_i = mid;
-        else lo_i = mid + 1;
-    }
-    return lo_i;
-}
-
-static int64_t first_row_with_lo_at_least(const flashc_problem *p, int32_t sq, int32_t sk, int64_t j) {
-    int64_t lo_i = 0, hi_i = sq; // search for lo(i) >= j
-    while (lo_i < hi_i) {
-        int64_t mid = lo_i + (hi_i - lo_i) / 2, l, h;
-        flashc__key_range(p, mid, sq, sk, &l, &h);
-        if (l >= j) hi_i = mid;
+        if (by_lo ? l >= j : h > j) hi_i = mid;
         else lo_i = mid + 1;
     }
     return lo_i;
@@ -264,8 +254,7 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     memset(t.dVT, 0, sizeof(float) * (size_t)(D * BCB));
 
     // The query rows that see a key of this block: [r_beg, r_end) (lo, hi are nondecreasing in i).
-    const int64_t r_beg = first_row_with_hi_above(p, s.sq, s.sk, j0);
-    const int64_t r_end = nk > 0 ? first_row_with_lo_at_least(p, s.sq, s.sk, j0 + nk) : r_beg;
+    const int64_t r_beg = first_row(p, s.sq, s.sk, j0, 0), r_end = first_row(p, s.sq, s.sk, j0 + nk, 1); // (nk >= 1)
     const float slope2 = flashc__alibi_slope(p, b, h) * LOG2E;
     const int64_t diag_off = (int64_t)s.sk - s.sq;
     float *T = p->softcap > 0 ? t.T : NULL;

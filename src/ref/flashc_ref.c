@@ -312,8 +312,6 @@ static size_t ref_ws(flashc_ctx *ctx, const flashc_problem *p) {
 }
 
 static flashc_status ref_fwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_fwd_args *a) {
-    flashc_status st = ref_supports(ctx, p);
-    if (st != FLASHC_OK) return st;
     ref_layout Lq = q_layout(p, p->q_stride), Lk = k_layout(p, p->k_stride);
     ref_layout Lv = k_layout(p, p->v_stride), Lo = q_layout(p, p->o_stride);
 
@@ -346,8 +344,6 @@ static flashc_status ref_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 }
 
 static flashc_status ref_bwd(flashc_ctx *ctx, const flashc_problem *p, const flashc_bwd_args *a) {
-    flashc_status st = ref_supports(ctx, p);
-    if (st != FLASHC_OK) return st;
     ref_layout Lq = q_layout(p, p->q_stride), Lk = k_layout(p, p->k_stride);
     ref_layout Lv = k_layout(p, p->v_stride), Lo = q_layout(p, p->o_stride);
     ref_layout Ldo = q_layout(p, p->do_stride), Ldq = q_layout(p, p->dq_stride);
