@@ -7,8 +7,8 @@
 // depends only on the problem and ctx->n_threads.
 //
 // Determinism: the forward computes each output row in exactly one kernel call, and the backward
-// gives every key block to a fixed "slot" (block j to slot j mod n_slots) whose fp32 dQ partial is
-// summed with the others in slot order at the end, so results are bit-identical from run to run
+// gives every key block to a fixed dQ "part" (block j to part j mod n_parts), an fp32 partial dQ
+// summed with the others in part order at the end, so results are bit-identical from run to run
 // whatever thread runs what (they may differ between contexts with different thread counts).
 #include "flashc_cpu.h"
 #include "flashc_cpu_decode.h"
@@ -40,12 +40,12 @@ typedef struct cpu_state {
 static int fwd_by_decode(const cpu_state *st, const flashc_problem *p) { return p->Sq <= st->decode_max_sq; }
 
 // The backward groups sequences into waves of at most this many query rows (and key rows) unless a
-// single sequence is longer, bounding its fp32 buffers (the dQ slot partials, GQA dK/dV sums) by
+// single sequence is longer, bounding its fp32 buffers (the dQ parts, GQA dK/dV sums) by
 // max(seqlen, 4096) rows: O(seqlen), 2 MiB per partial at D = 128 and 4096 rows.
 #define BWD_WAVE_ROWS 4096
-// The backward's dQ slots: between n_threads and 4 x n_threads (so a slow or descheduled thread's
+// The backward's dQ parts: between n_threads and 4 x n_threads (so a slow or descheduled thread's
 // share can be taken over), as many as fit in 32 MiB of fp32 partials; never fewer than n_threads.
-#define BWD_SLOT_BYTES (32u << 20)
+#define BWD_PART_BYTES (32u << 20)
 // Rows per chunk of the backward's dQ reduction.
 #define REDUCE_ROWS 256
 
@@ -217,11 +217,11 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 //   1. D_i = rowsum(dO_i o O_i) for every (b, h, row), in parallel over (b, h, 256-row chunk).
 //   2. For each kv head, for each wave of sequences (<= BWD_WAVE_ROWS rows unless one is longer),
 //      for each query head h of the kv head's group, in order:
-//        a. in parallel over (b in wave, slot s < n_slots): zero slot s's dQ partial of sequence b,
-//           then run every key block j = s, s + n_slots, ... of b (bwd_kvblock), which adds into
-//           that partial and writes dK_j, dV_j (through the fp32 group sums when group > 1);
-//        b. in parallel over (b, 256-row chunk): dQ = sum of the slot partials, in slot order.
-//   n_slots = n_threads .. 4 n_threads (BWD_SLOT_BYTES). Each key block's dK_j, dV_j are private
+//        a. in parallel over (b in wave, part s < n_parts): zero dQ part s of sequence b, then run
+//           every key block j = s, s + n_parts, ... of b (bwd_kvblock), which adds into that part
+//           and writes dK_j, dV_j (through the fp32 group sums when group > 1);
+//        b. in parallel over (b, 256-row chunk): dQ = sum of the parts, in part order.
+//   n_parts = n_threads .. 4 n_threads (BWD_PART_BYTES). Each key block's dK_j, dV_j are private
 //   to one call.
 //
 // Workspace layout (every piece 64-byte aligned):
@@ -229,13 +229,13 @@ static flashc_status cpu_fwd(flashc_ctx *ctx, const flashc_problem *p, const fla
 //   q_off     int64 (B + 1)  first row of each sequence of the wave in the wave's buffers
 //   k_off     int64 (B + 1)  same for key rows
 //   r_off     int64 (B + 1)  prefix sums of the wave's dQ-reduction chunks
-//   dq_part   fp32 n_slots x CAPQ x Dp   slot partials of dQ, row-major, D padded to Dp
+//   dq_part   fp32 n_parts x CAPQ x Dp   the dQ parts, row-major, D padded to Dp
 //   dk_sum    fp32 CAPK x D   GQA sums of dK over the group's heads (group > 1 only)
 //   dv_sum    fp32 CAPK x D   same for dV
 //   scratch   n_threads slices of flashc__cpu_bwd_carve bytes: K_j^T, V_j^T, dK_j^T, dV_j^T, ...
 //             and the thread's Q_i, dO_i cache of q_slots slots
 // with CAPQ = max(Sq, min(4096, total_q)), CAPK likewise, Dp = D rounded up to 32. At B = 1, H = 8,
-// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 slots x 16 MiB + scratch 0.7 MiB + the
+// Sq = Sk = 32768, D = 128, fp32, 2 threads: Di 1 MiB + 2 parts x 16 MiB + scratch 0.7 MiB + the
 // Q_i, dO_i caches 32 MiB (9 MiB at Sq = 4096).
 
 typedef struct bwd_layout {
@@ -244,9 +244,9 @@ typedef struct bwd_layout {
     float *dq_part, *dk_sum, *dv_sum;
     char *scratch;
     size_t slice, total;
-    int64_t capq, capk, part_stride; // part_stride: floats per slot partial (CAPQ * Dp_max)
+    int64_t capq, capk, part_stride; // part_stride: floats per dQ part (CAPQ * Dp_max)
     int64_t q_slots;                 // slots of each thread's Q_i, dO_i cache
-    int n_slots;
+    int n_parts;
 } bwd_layout;
 
 static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void *ws) {
@@ -254,7 +254,7 @@ static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     size_t off = 0, f = sizeof(float), nb = (size_t)p->B + 1;
     const size_t n_lse = p->varlen ? (size_t)p->H * (size_t)p->total_q : (size_t)p->B * p->H * (size_t)p->Sq;
     const size_t Dp = flashc__cpu_round_up((size_t)p->D, FLASHC_CPU_DP_ALIGN_MAX);
-    // at least one row, so a problem with seqlen 0 still carves non-empty slots (and never divides by 0)
+    // at least one row, so a problem with seqlen 0 still carves non-empty parts (and never divides by 0)
     L.capq = max64(1, max64(p->Sq, min64(BWD_WAVE_ROWS, p->total_q)));
     L.capk = max64(1, max64(p->Sk, min64(BWD_WAVE_ROWS, p->total_k)));
     L.part_stride = L.capq * (int64_t)Dp;
@@ -262,9 +262,9 @@ static bwd_layout bwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     L.q_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
     L.k_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
     L.r_off = flashc__cpu_take(ws, &off, nb * sizeof(int64_t));
-    const size_t slot_bytes = (size_t)L.part_stride * f;
-    L.n_slots = (int)max64(ctx->n_threads, min64(4 * (int64_t)ctx->n_threads, (int64_t)(BWD_SLOT_BYTES / slot_bytes)));
-    L.dq_part = flashc__cpu_take(ws, &off, (size_t)L.n_slots * slot_bytes);
+    const size_t part_bytes = (size_t)L.part_stride * f;
+    L.n_parts = (int)max64(ctx->n_threads, min64(4 * (int64_t)ctx->n_threads, (int64_t)(BWD_PART_BYTES / part_bytes)));
+    L.dq_part = flashc__cpu_take(ws, &off, (size_t)L.n_parts * part_bytes);
     const size_t sum = p->group > 1 ? (size_t)L.capk * (size_t)p->D * f : 0;
     L.dk_sum = flashc__cpu_take(ws, &off, sum);
     L.dv_sum = flashc__cpu_take(ws, &off, sum);
@@ -282,7 +282,6 @@ typedef struct bwd_job {
     const flashc_bwd_args *a;
     const flashc_cpu_kernels *k;
     bwd_layout L;
-    int n_slots;
     int64_t Dp;
     // the current wave and head
     int b0, nb;
@@ -315,13 +314,13 @@ static void bwd_dot_do_o_chunk(void *arg, int64_t c, int thread) {
     }
 }
 
-// Step 2a: chunk = (sequence b0 + c / n_slots, slot c % n_slots).
-static void bwd_slot_chunk(void *arg, int64_t c, int thread) {
+// Step 2a: chunk = (sequence b0 + c / n_parts, dQ part c % n_parts).
+static void bwd_part_chunk(void *arg, int64_t c, int thread) {
     const bwd_job *J = arg;
     const flashc_problem *p = J->p;
-    const int wb = (int)(c / J->n_slots), slot = (int)(c % J->n_slots), b = J->b0 + wb;
+    const int n_parts = J->L.n_parts, wb = (int)(c / n_parts), pt = (int)(c % n_parts), b = J->b0 + wb;
     const flashc_seq s = flashc__seq(p, b);
-    float *part = J->L.dq_part + (size_t)slot * (size_t)J->L.part_stride + (size_t)(J->L.q_off[wb] * J->Dp);
+    float *part = J->L.dq_part + (size_t)pt * (size_t)J->L.part_stride + (size_t)(J->L.q_off[wb] * J->Dp);
     memset(part, 0, sizeof(float) * (size_t)(s.sq * J->Dp));
     flashc_cpu_bwd_block blk = {
         .b = b, .h = J->h, .Di = J->L.Di, .dq_acc = part, .dq_ld = J->Dp,
@@ -330,12 +329,12 @@ static void bwd_slot_chunk(void *arg, int64_t c, int thread) {
         .first_head = J->first_head, .last_head = J->last_head, .q_slots = J->L.q_slots,
     };
     void *scratch = J->L.scratch + J->L.slice * (size_t)thread;
-    for (int64_t j0 = (int64_t)slot * FLASHC_CPU_BWD_BC; j0 < s.sk; j0 += (int64_t)J->n_slots * FLASHC_CPU_BWD_BC) {
+    for (int64_t j0 = (int64_t)pt * FLASHC_CPU_BWD_BC; j0 < s.sk; j0 += (int64_t)n_parts * FLASHC_CPU_BWD_BC) {
         blk.j0 = j0;
         J->k->bwd_kvblock(p, J->a, &blk, scratch);
     }
     // Keys past seqused_k belong to no query: their dK, dV rows are zero (written once per kv head).
-    if (slot == 0 && J->last_head) {
+    if (pt == 0 && J->last_head) {
         const int64_t sk_all = p->varlen ? p->cu_k_host[b + 1] - p->cu_k_host[b] : p->Sk;
         const int kvh = J->h / p->group;
         for (int64_t j = s.sk; j < sk_all; j++) {
@@ -349,7 +348,7 @@ static void bwd_slot_chunk(void *arg, int64_t c, int thread) {
     }
 }
 
-// Step 2b: chunk = REDUCE_ROWS rows of one sequence of the wave; dQ = sum over slots, slot order.
+// Step 2b: chunk = REDUCE_ROWS rows of one sequence of the wave; dQ = sum of the parts, in order.
 static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
     (void)thread;
     const bwd_job *J = arg;
@@ -359,14 +358,14 @@ static void bwd_reduce_chunk(void *arg, int64_t c, int thread) {
     const flashc_seq s = flashc__seq(p, b);
     const int64_t r0 = (c - J->L.r_off[wb]) * REDUCE_ROWS, r1 = min64(r0 + REDUCE_ROWS, s.sq);
     const float *part0 = J->L.dq_part + (size_t)(J->L.q_off[wb] * J->Dp);
-    float acc[256]; // a row, 256 columns at a time; slots outermost, each read contiguously
+    float acc[256]; // a row, 256 columns at a time; parts outermost, each read contiguously
     for (int64_t i = r0; i < r1; i++) {
         const int64_t dq_off = flashc__row_off(p, p->dq_stride, b, s.q_row0, i) + J->h * p->dq_stride[2];
         for (int64_t d0 = 0; d0 < p->D; d0 += 256) {
             const int64_t nd = min64(256, p->D - d0);
             for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
-            for (int sl = 0; sl < J->n_slots; sl++) {
-                const float *ps = part0 + (size_t)sl * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d0);
+            for (int pt = 0; pt < J->L.n_parts; pt++) {
+                const float *ps = part0 + (size_t)pt * (size_t)J->L.part_stride + (size_t)(i * J->Dp + d0);
                 for (int64_t d = 0; d < nd; d++) acc[d] += ps[d];
             }
             flashc__store_row(J->a->dq, dq_off + d0, p->dtype, acc, nd);
@@ -383,7 +382,6 @@ static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
         flashc__cpu_bwd_carve(p, J.L.q_slots, J.L.scratch + J.L.slice * (size_t)t, &sc);
         for (int64_t i = 0; i < sc.n_slots; i++) sc.tag[i] = -1;
     }
-    J.n_slots = J.L.n_slots;
     J.Dp = (int64_t)flashc__cpu_round_up((size_t)p->D, (size_t)st->k->dp_align);
 
     J.L.r_off[0] = 0; // all sequences' REDUCE_ROWS chunks, for step 1 (the waves reuse r_off)
@@ -411,7 +409,7 @@ static flashc_status cpu_bwd(flashc_ctx *ctx, const flashc_problem *p, const fla
                 J.h = kvh * p->group + g;
                 J.first_head = g == 0;
                 J.last_head = g == p->group - 1;
-                flashc__pool_run(st->pool, bwd_slot_chunk, &J, (int64_t)J.nb * J.n_slots);
+                flashc__pool_run(st->pool, bwd_part_chunk, &J, (int64_t)J.nb * J.L.n_parts);
                 flashc__pool_run(st->pool, bwd_reduce_chunk, &J, J.L.r_off[J.nb]);
             }
         }

@@ -50,7 +50,7 @@ typedef struct flashc_cpu_bwd_block {
     int b, h;
     int64_t j0;
     const float *Di;          // D_i = rowsum(dO_i * O_i), fp32, indexed like lse (flashc__lse_off)
-    float *dq_acc;            // this slot's fp32 dQ partial of sequence b: (sq, dq_ld), row-major, +=
+    float *dq_acc;            // this block's fp32 dQ part of sequence b: (sq, dq_ld), row-major, +=
     int64_t dq_ld;            // its row stride (D padded to the ISA's dp_align)
     float *dk_acc, *dv_acc;   // fp32 sums over the GQA group for sequence b (sk x D floats; key block j0's
                               // at j0 * D, as D x nk), or NULL if group == 1

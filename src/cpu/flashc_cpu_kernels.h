@@ -202,8 +202,8 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
 // blk->h that sees it
 //
 // q, dout (rows of (.., H, D)), k, v (rows of (.., H_kv, D)); lse and D_i fp32 indexed like lse.
-// Writes dK_j, dV_j (or adds them to the group's fp32 sums) and adds dS_ij K_j to the slot's fp32
-// dQ partial rows; every row of the key block is written, zeros where no query sees it.
+// Writes dK_j, dV_j (or adds them to the group's fp32 sums) and adds dS_ij K_j to the rows of its
+// fp32 dQ part; every row of the key block is written, zeros where no query sees it.
 
 // Smallest row i in [0, sq) whose key range [lo(i), hi(i)) has lo(i) >= j (by_lo) or hi(i) > j,
 // sq if none: both are monotone in i (lo and hi are nondecreasing), so a binary search.
