@@ -149,6 +149,12 @@ static flashc_status smem_fits(flashc_ctx *ctx, int D, int need, const char *dir
     return FLASHC_OK;
 }
 
+// The Hopper forward's tiles at its smallest query block (128 rows): its persistent grid's unit
+// arithmetic stays in int below 2^29 tiles (flashc_cuda_fwd_sm90_run); beyond, f16 / bf16 take the
+// mma.sync kernel (2^31) and E4M3 is refused. (Only at absurd shapes: batch 65536 x 8192 heads.)
+#define SM90_FWD_MAX_TILES 0x1fffffffLL
+static int64_t sm90_fwd_tiles(const flashc_problem *p) { return ((int64_t)p->Sq + 127) / 128 * p->B * p->H; }
+
 // F16/BF16, head_dim a multiple of 8 up to 256, and the forward's shared memory. The backward's
 // (larger) shared memory is checked by cuda_bwd, so a device that can run only the forward of a
 // head dim still runs it. Paged K/V: flashc_fwd gathers the pages (paged_gather), flashc_fwd_kvcache
@@ -162,6 +168,12 @@ static flashc_status cuda_supports(flashc_ctx *ctx, const flashc_problem *p) {
         if (p->D % 16 != 0 || p->D > 256)
             return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "head_dim = %d: E4M3 takes multiples of 16 up to 256", p->D);
         if (p->block_table) return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "block_table: E4M3 has no paged K/V path");
+        if (p->B > 65535 || p->H_kv > 65535) // the V^T pre-pass's grid z and y
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "batch = %d, heads_kv = %d: E4M3 takes at most 65535 of each",
+                                p->B, p->H_kv);
+        if (sm90_fwd_tiles(p) > SM90_FWD_MAX_TILES) // (no mma.sync kernel to fall back on)
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "batch = %d x heads = %d x seqlen_q = %d: E4M3 takes at most "
+                                "2^29 tiles of 128 query rows", p->B, p->H, p->Sq);
         return smem_fits(ctx, p->D, flashc_cuda_fwd_sm90_smem(fp8_head_dim(p->D), true), "fp8 forward");
     }
     if (p->dtype != FLASHC_DTYPE_F16 && p->dtype != FLASHC_DTYPE_BF16)
@@ -522,7 +534,7 @@ static int fwd_by_decode_rows(const flashc_problem *p, flashc_problem *dec) {
     dec->B = (int32_t)p->total_q, dec->Sq = 1;
     dec->q_stride[0] = p->q_stride[1], dec->o_stride[0] = p->o_stride[1];
     if (p->block_table) { // page strides kept; the rows' tables (written at the call) as wide as Sk needs
-        dec->block_table_stride = (p->Sk + p->page_size - 1) / p->page_size;
+        dec->block_table_stride = ((int64_t)p->Sk + p->page_size - 1) / p->page_size; // (int: wraps near 2^31)
     } else {
         dec->k_stride[0] = p->k_stride[1], dec->v_stride[0] = p->v_stride[1];
     }
@@ -689,7 +701,8 @@ static flashc_status fwd_dense(flashc_ctx *ctx, const flashc_problem *p, const f
     // The wgmma kernel loads with 16-byte cp.async only; unaligned tensors take the mma.sync kernel.
     const flashc_cuda_priv *pv = (const flashc_cuda_priv *)ctx->priv;
     const int Dp = p->dtype == FLASHC_DTYPE_E4M3 ? fp8_head_dim(p->D) : padded_head_dim(p->D);
-    const int sm90 = p->dtype == FLASHC_DTYPE_E4M3 || (pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin);
+    const int sm90 = p->dtype == FLASHC_DTYPE_E4M3 || (pv->sm90 && P.a.aligned && flashc_cuda_fwd_sm90_smem(Dp) <= pv->smem_optin &&
+                                                       sm90_fwd_tiles(p) <= SM90_FWD_MAX_TILES);
     P.sm90_pp = pv->sm90_pp;
     P.ctas = grid_sms(pv);
     FLASHC_CUDA_TRY(ctx, (sm90 ? fwd_sm90_launcher(p->dtype, Dp) : fwd_launcher(p->dtype, Dp))(&P, stream));
@@ -931,6 +944,9 @@ static flashc_status cuda_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, 
     if (p->B > 65535 || p->H_kv > 65535) // the decode grid's z and y
         return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "batch = %d, heads_kv = %d: the cuda KV-cache path takes at "
                             "most 65535 of each", p->B, p->H_kv);
+    if ((int64_t)p->group * p->Sq > INT32_MAX) // its packed rows (and their chunks x splits: grid x) are ints
+        return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED, "seqlen_q = %d x heads / heads_kv = %d: the cuda KV-cache path "
+                            "packs at most 2^31 - 1 query rows per kv head", p->Sq, p->group);
     int *counters = NULL;
     if (a->ws && a->ws == ctx->ws) {
         // at least 64k counters on the first growth, so that a later, larger batch rarely needs one

@@ -1167,6 +1167,7 @@ static bool flashc_sm90_make_maps(const flashc_fwd_params *p, flashc_sm90_maps *
     const int64_t ost[3] = {p->o_rs * 2, p->o_hs * 2, p->o_bs * 2};
     m->o_tma = o_stage && !packed && !((uintptr_t)p->o & 127) && sm90_tma_map(&m->o, p->o, 2, odim, ost, 64);
     if constexpr (sm90_elem<T>::FP8) { // V^T: (vt_cols keys, D rows, H_kv heads), boxes of BN keys x D rows
+        if (p->vt_cols > INT32_MAX) return false; // the loader's column is an int: the cp.async kernel instead
         const uint64_t vdim[4] = {(uint64_t)p->vt_cols, (uint64_t)a.D, (uint64_t)a.H_kv, 1};
         const int64_t vst[3] = {p->vt_cols, (int64_t)a.D * p->vt_cols, 16};
         return sm90_tma_map(&m->v, p->vt, 1, vdim, vst, D) && (BN % 128 == 0 || sm90_tma_map(&m->v64, p->vt, 1, vdim, vst, D, 64));
