@@ -291,8 +291,9 @@ typedef struct flashc_kvcache_desc {
                                      * (batch, seqlen_q, heads, head_dim) to the workspace); the
                                      * CPU backend ignores it above seqlen_q 16, where its FA2
                                      * tiles attend without splitting */
-    int64_t num_cache_rows;         /* rows of the cache's batch dimension (for cache_batch_idx);
-                                     * 0 => not given (cache_batch_idx only checked / clamped >= 0) */
+    int64_t num_cache_rows;         /* rows of the cache's batch dimension: bounds cache_batch_idx,
+                                     * else (no block table) must be >= batch; 0 => not given
+                                     * (cache_batch_idx only checked / clamped >= 0) */
     int64_t reserved[15];           /* must be zero */
 } flashc_kvcache_desc;
 

@@ -270,6 +270,9 @@ static flashc_status kv_resolve(flashc_ctx *ctx, const flashc_attn_desc *d, cons
     if (kv->num_cache_rows < 0)
         FAIL(ctx, FLASHC_ERR_INVALID_ARG, "num_cache_rows = %lld: must be >= 0 (0 = not given)",
              (long long)kv->num_cache_rows);
+    if (!kv->cache_batch_idx && !p->block_table && kv->num_cache_rows && p->B > kv->num_cache_rows)
+        FAIL(ctx, FLASHC_ERR_INVALID_ARG, "num_cache_rows = %lld: fewer cache rows than batch = %d, and no "
+             "cache_batch_idx to map sequences to rows", (long long)kv->num_cache_rows, p->B);
     a->cache_seqlens = kv->cache_seqlens;
     a->num_splits = kv->num_splits;
     a->num_cache_rows = kv->num_cache_rows;

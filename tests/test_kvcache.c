@@ -1083,6 +1083,8 @@ static void bad_kvcache(flashc_ctx *ctx) {
     KV_CASE("cache_batch_idx >= num_cache_rows", INV, "cache_batch_idx", 0,
             s->cbi[1] = 1; s->kv.cache_batch_idx = s->cbi; s->kv.num_cache_rows = 1);
     KV_CASE("num_cache_rows < 0", INV, "num_cache_rows", 0, s->kv.num_cache_rows = -1);
+    KV_CASE("num_cache_rows = 1 < batch without cache_batch_idx", INV, "num_cache_rows", 0, s->kv.num_cache_rows = 1);
+    KV_CASE("num_cache_rows = batch without cache_batch_idx", FLASHC_OK, NULL, 0, s->kv.num_cache_rows = 2);
     KV_CASE("cache_batch_idx < num_cache_rows", FLASHC_OK, NULL, 0,
             s->cbi[0] = 1; s->cbi[1] = 0; s->kv.cache_batch_idx = s->cbi; s->kv.num_cache_rows = 2);
     KV_CASE("cu_seqlens_q", INV, "cu_seqlens_q", 0, s->d.cu_seqlens_q = s->cl; s->d.cu_seqlens_k = s->cl);
