@@ -144,9 +144,11 @@ def _np_in(a, name):
     bits = 0
     for x in st:
         bits |= x
-    # item is 1, 2 or 4 bytes: a stride is a multiple of it iff its low bits are clear
-    if (st[-1] != item and shape[-1] > 1) or bits & (item - 1):
-        a = np.ascontiguousarray(a)  # the C layout has no head_dim stride (flash-attn copies here too)
+    # item is 1, 2 or 4 bytes: a stride is a multiple of it iff its low bits are clear. The C layout has
+    # no head_dim stride (flash-attn copies there too), takes no negative strides, and reads all-zero
+    # [batch, seq, head] strides as "contiguous": a broadcast (stride-0) dim is materialised
+    if (st[-1] != item and shape[-1] > 1) or bits & (item - 1) or any(x <= 0 < n - 1 for x, n in zip(st, shape)):
+        a = np.ascontiguousarray(a)
         st = a.strides
     return a, _np_ptr(a), tuple(x // item for x in st)
 
@@ -176,6 +178,7 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         raise ValueError(f"flashc: q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     extra = [None, None, None, None, None]  # arrays to keep alive until C returns
+    totals = None  # varlen: the offsets' last entries (q and k rows in sequences)
     cu_qp = cu_kp = usedp = alp = albs = 0
     bt = btp = None
     if block_table is not None:
@@ -190,6 +193,12 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0], bt_shape)
         check_1d("cu_seqlens_q", cu_q.shape, b + 1, True)
         check_1d("cu_seqlens_k", cu_k.shape, b + 1, True)
+        # C reads q and writes o, lse by cu_seqlens_q[-1] rows (k, v by cu_seqlens_k[-1]): it cannot see
+        # the arrays' row counts, so larger offsets would run past them
+        totals = (int(cu_q[-1]), int(cu_k[-1]))
+        if totals[0] > q.shape[0] or (bt is None and totals[1] > k.shape[0]):
+            raise ValueError(f"flashc: cu_seqlens_q[-1] = {totals[0]} and cu_seqlens_k[-1] = {totals[1]} must not "
+                             f"exceed the rows of q ({q.shape[0]}) and k ({k.shape[0]})")
         sq = _np_max_len(cu_q) if max_seqlen_q is None else int(max_seqlen_q)
         sk = _np_max_len(cu_k) if max_seqlen_k is None else int(max_seqlen_k)
     else:
@@ -206,17 +215,21 @@ def _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         check_alibi(al.shape, b, h, al.dtype == _F32)
         alp = _np_ptr(al)
         albs = al.strides[0] // 4 if al.ndim == 2 and al.shape[0] > 1 else 0
-    return q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, extra, paged
+    return (q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, extra,
+            paged, totals)
 
 
 def _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             max_seqlen_k, seqused_k, return_lse, block_table=None):
     (q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs,
-     _keep, paged) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+     _keep, paged, totals) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 seqused_k, block_table)
     # e4m3 inputs (CUDA only, so never here in practice) would give a bf16 out
     out = np.empty(q.shape, _ml.bfloat16 if dt == _lib.DTYPE_E4M3 else q.dtype)
-    lse = np.empty((h, q.shape[0]) if varlen else (b, h, sq), _F32)
+    # varlen: C's lse is (H, cu_seqlens_q[-1]), the returned one (H, q rows), as flash-attn's: rows of q
+    # after the last sequence belong to none, so out 0 and lse +inf there (as before the first)
+    tq = totals[0] if varlen else 0
+    lse = np.empty((h, tq) if varlen else (b, h, sq), _F32)
     if POISON:
         out.fill(np.nan)
         lse.fill(np.nan)
@@ -229,14 +242,17 @@ def _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q,
     status = _lib.fwd(ctx, desc, qp, kp, vp, _np_ptr(out), _np_ptr(lse), None, 0, None)
     if status:
         _lib.raise_status(ctx, status, "flashc.attention")
+    if varlen and tq < q.shape[0]:
+        out[tq:] = 0
+        lse = np.concatenate((lse, np.full((h, q.shape[0] - tq), np.inf, _F32)), axis=1)
     return (out, lse) if return_lse else out
 
 
 def _np_bwd(dout, q, k, v, out, lse, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
             max_seqlen_q, max_seqlen_k, seqused_k, deterministic):
     (q, k, v, qp, kp, vp, qs, ks, vs, dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs,
-     _keep, _paged) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                 seqused_k)
+     _keep, _paged, totals) = _np_common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                         max_seqlen_k, seqused_k)
     out, op, os_ = _np_in(out, "out")
     dout, dop, dos = _np_in(dout, "dout")
     for name, a in (("out", out), ("dout", dout)):
@@ -245,11 +261,14 @@ def _np_bwd(dout, q, k, v, out, lse, causal, scale, softcap, window, alibi_slope
     lse_shape = (h, q.shape[0]) if varlen else (b, h, sq)
     if not isinstance(lse, np.ndarray) or lse.shape != lse_shape or lse.dtype != _F32:
         raise ValueError(f"flashc: lse must be a float32 array of shape {lse_shape}")
-    lse = np.ascontiguousarray(lse)
+    tq, tk = totals if varlen else (0, 0)
+    lse = np.ascontiguousarray(lse[:, :tq] if varlen else lse)  # (C reads (H, cu_seqlens_q[-1]))
     dq, dk, dv = np.empty(q.shape, q.dtype), np.empty(k.shape, k.dtype), np.empty(v.shape, v.dtype)
     if POISON:
         for a in (dq, dk, dv):
             a.fill(np.nan)
+    if varlen:  # rows after the last sequence: zero gradients (C writes those before the first)
+        dq[tq:], dk[tk:], dv[tk:] = 0, 0, 0
     el = q.itemsize
     grad_st = [desc_strides(tuple(x // el for x in a.strides), varlen) for a in (dq, dk, dv)]
     desc = make_desc(dt, b, sq, sk, h, hkv, d, qs, ks, vs, desc_strides(os_, varlen), scale, softcap, causal,
@@ -342,6 +361,8 @@ def attention(q, k, v, *, causal=False, scale=None, softcap=0.0, window=(-1, -1)
     NotImplementedError (unsupported here), with the library's message.
     """
     if type(q) is np.ndarray:
+        if descale is not None:
+            raise ValueError("flashc: descale applies to torch float8_e4m3fn tensors only")
         return _np_fwd(q, k, v, causal, scale, softcap, window, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                        max_seqlen_q, max_seqlen_k, seqused_k, return_lse, block_table)
     tm = _torch_mod

@@ -160,6 +160,9 @@ class FlashcError(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self):  # (args holds the message only: without this, unpickling in another process fails)
+        return type(self), (self.status, self.message)
+
 
 class FlashcValueError(FlashcError, ValueError):
     """FLASHC_ERR_INVALID_ARG: a bad argument (the message names it and says what was expected)."""

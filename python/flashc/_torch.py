@@ -40,9 +40,27 @@ def _ptrs(*ts):
 _CONTIGUOUS = torch.contiguous_format
 
 
-def _last_contig(t):
-    # the C layout has no stride for head_dim; flash-attn makes the same copy in this case
-    return t.contiguous() if t.shape[-1] > 1 and t.stride(-1) != 1 else t
+def _c_layout(t):
+    """t, or a contiguous copy where the C layout cannot express it: the C layout has no stride for
+    head_dim (flash-attn makes the same copy), and all-zero [batch, seq, head] strides mean
+    "contiguous" to C, so a broadcast (expand()ed, stride-0) dim must be materialised."""
+    st = t.stride()
+    if st[-1] == 1 and 0 not in st:
+        return t
+    sh = t.shape
+    if (sh[-1] > 1 and st[-1] != 1) or any(s == 0 and n > 1 for s, n in zip(st, sh)):
+        return t.contiguous()
+    return t
+
+
+def _check_out(name, t):
+    """An output or in-place tensor (dq, dk, dv, the KV cache) must be one C can address as it is."""
+    st, sh = t.stride(), t.shape
+    if sh[-1] > 1 and st[-1] != 1:
+        raise ValueError(f"flashc: {name} must have a contiguous last dimension (it is written in place)")
+    if any(s == 0 and n > 1 for s, n in zip(st, sh)):
+        raise ValueError(f"flashc: {name} has a broadcast (stride 0) dimension: it is written, so each element "
+                         f"needs its own memory")
 
 
 def _same_device(q, name, t):
@@ -117,14 +135,15 @@ def _call(fn, ws_fn, descs, q, ptrs, what):
 def _alibi(slopes, q, b, h):
     """(tensor to keep alive, data pointer, batch stride) of ALiBi slopes (H,) or (B, H), fp32."""
     _same_device(q, "alibi_slopes", slopes)
-    al = _last_contig(slopes)
+    al = _c_layout(slopes)
     check_alibi(al.shape, b, h, al.dtype == torch.float32)
     return al, al.data_ptr(), al.stride(0) if al.dim() == 2 and al.shape[0] > 1 else 0
 
 
 def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table=None):
     """Checks C cannot make (shapes it does not see, dtypes, devices) and the desc's arguments;
-    paged = (block_table, its row stride, page_size, num_pages) or zeros."""
+    paged = (block_table, its row stride, page_size, num_pages) or zeros; totals = the varlen
+    offsets' last entries (q and k rows in sequences) or None."""
     dt = _DTYPES.get(q.dtype)
     if dt is None:
         raise ValueError(f"flashc: q.dtype = {q.dtype}: flashc takes float32, float16 and bfloat16 tensors")
@@ -135,7 +154,7 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
         raise ValueError(f"flashc: q, k, v must be on one device, got {dev}, {k.device}, {v.device}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     cu_qp = cu_kp = usedp = alp = albs = 0
-    keep = None
+    keep = totals = None
     bt = None
     if block_table is not None:
         bt = _i32(block_table, "block_table", q)
@@ -148,6 +167,13 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
         b, sq, sk, h, hkv, d = geometry(q.shape, k.shape, v.shape, True, cu_q.shape[0], cu_k.shape[0], bt_shape)
         check_1d("cu_seqlens_q", cu_q.shape, b + 1, True)
         check_1d("cu_seqlens_k", cu_k.shape, b + 1, True)
+        # C writes o, lse and reads q by cu_seqlens_q[-1] rows (k, v by cu_seqlens_k[-1]) and cannot see
+        # the tensors' row counts: larger offsets would run past them (one host sync on CUDA)
+        tq, tk = torch.stack((cu_q[-1], cu_k[-1])).tolist()
+        if tq > q.shape[0] or (bt is None and tk > k.shape[0]):
+            raise ValueError(f"flashc: cu_seqlens_q[-1] = {tq} and cu_seqlens_k[-1] = {tk} must not exceed the rows of "
+                             f"q ({q.shape[0]}) and k ({k.shape[0]})")
+        totals = (tq, tk)
         cu_qp, cu_kp = cu_q.data_ptr(), cu_k.data_ptr()
         keep = (keep or []) + [cu_q, cu_k]
     else:
@@ -161,7 +187,7 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
         al, alp, albs = _alibi(alibi_slopes, q, b, h)
         keep = (keep or []) + [al]
     paged = paged_args(bt.data_ptr(), bt_shape, k.shape) if bt is not None else (0, 0, 0, 0)
-    return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep, paged
+    return dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, keep, paged, totals
 
 
 def _st(t, varlen):
@@ -176,9 +202,8 @@ def _out_dtype(dtype):
 def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
              causal, window_left, window_right, descale_q=1.0, descale_k=1.0, descale_v=1.0, block_table=None):
     """(out, lse) for torch tensors: out contiguous like q, lse fp32 (B, H, Sq) or (H, total_q)."""
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
-        q, k, v = _last_contig(q), _last_contig(k), _last_contig(v)
-    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep, paged = _common(
+    q, k, v = _c_layout(q), _c_layout(k), _c_layout(v)
+    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep, paged, totals = _common(
         q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table)
     dev = q.device
     kv_rows = varlen and block_table is None  # k, v (total_k, H_kv, D); a page pool is 4-D like batch mode
@@ -187,7 +212,9 @@ def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_s
     if varlen:
         sq, sk = max_seqlen_q, max_seqlen_k
         out_st = (0, h * d, d)
-        lse = q.new_empty((h, q.shape[0]), dtype=torch.float32)
+        # C's lse is (H, cu_seqlens_q[-1]); flash-attn's (H, q rows): the same unless q has rows after
+        # the last sequence, whose lse is +inf and out 0 (rows of no sequence, as before the first)
+        lse = q.new_empty((h, totals[0]), dtype=torch.float32)
     else:
         out_st = (sq * h * d, h * d, d)
         lse = q.new_empty((b, h, sq), dtype=torch.float32)
@@ -209,16 +236,18 @@ def fwd_impl(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_s
             _lib.raise_status(ctx, status, "flashc.attention")
     else:
         _call(_lib.fwd, _lib.fwd_workspace_size, (desc,), q, ptrs, "flashc.attention")
+    if varlen and totals[0] < q.shape[0]:
+        out[totals[0]:].zero_()
+        lse = torch.cat((lse, lse.new_full((h, q.shape[0] - totals[0]), float("inf"))), dim=1)
     return out, lse
 
 
 def bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
              max_seqlen_k, scale, softcap, causal, window_left, window_right, deterministic):
     """Writes dq, dk, dv (given, any strides with a contiguous last dim) for torch tensors."""
-    q, k, v, out = _last_contig(q), _last_contig(k), _last_contig(v), _last_contig(out)
-    if dout.shape[-1] > 1 and dout.stride(-1) != 1 or 0 in dout.stride():
-        dout = dout.contiguous()  # autograd hands expanded (stride-0) gradients to sum() and mean()
-    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep, _paged = _common(
+    q, k, v, out = _c_layout(q), _c_layout(k), _c_layout(v), _c_layout(out)
+    dout = _c_layout(dout)  # (autograd hands expanded, stride-0 gradients to sum() and mean())
+    dt, varlen, b, sq, sk, h, hkv, d, cu_qp, cu_kp, usedp, alp, albs, _keep, _paged, totals = _common(
         q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
     if varlen:
         sq, sk = max_seqlen_q, max_seqlen_k
@@ -226,13 +255,18 @@ def bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu
         if t.shape != like.shape or t.dtype != like.dtype or t.device != like.device:
             raise ValueError(f"flashc: {name} must match {tuple(like.shape)} {like.dtype} on {like.device}, "
                              f"got {tuple(t.shape)} {t.dtype} on {t.device}")
-        if name[0] == "d" and name != "dout" and t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"flashc: {name} must have a contiguous last dim")
+        if name[0] == "d" and name != "dout":
+            _check_out(name, t)
     lse_shape = (h, q.shape[0]) if varlen else (b, h, sq)
     if tuple(lse.shape) != lse_shape or lse.dtype != torch.float32 or lse.device != q.device:
         raise ValueError(f"flashc: lse must be float32 of shape {lse_shape} on {q.device}, "
                          f"got {tuple(lse.shape)} {lse.dtype} on {lse.device}")
-    lse = lse.contiguous()
+    # (C reads lse as (H, cu_seqlens_q[-1]); rows after the last sequence get zero gradients)
+    lse = lse[:, :totals[0]].contiguous() if varlen and totals[0] < q.shape[0] else lse.contiguous()
+    if varlen:
+        dq[totals[0]:].zero_()
+        dk[totals[1]:].zero_()
+        dv[totals[1]:].zero_()
     vl = varlen
     desc = make_desc(dt, b, sq, sk, h, hkv, d, _st(q, vl), _st(k, vl), _st(v, vl), _st(out, vl), scale, softcap, causal,
                      window_left, window_right, alp, albs, cu_qp, cu_kp, usedp, deterministic, _st(dout, vl),
@@ -261,15 +295,15 @@ def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cach
             raise ValueError(f"flashc: {name}.dtype = {t.dtype} but q.dtype = {q.dtype}: they must match")
         if t.dim() != 4:
             raise ValueError(f"flashc: {name} has shape {tuple(t.shape)}: expected 4 dims")
-        if name.endswith("cache") and t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"flashc: {name} must have a contiguous last dimension (it is written in place)")
+        if name.endswith("cache"):
+            _check_out(name, t)
     if q.dim() != 4:
         raise ValueError(f"flashc: q has shape {tuple(q.shape)}: expected (batch, seqlen_q, nheads, headdim)")
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"flashc: k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
     if (k_new is None) != (v_new is None):
         raise ValueError("flashc: k and v must be given together")
-    q = _last_contig(q)
+    q = _c_layout(q)
     B, Sq, H, D = q.shape
     Hkv = k_cache.shape[2]
     if k_cache.shape[3] != D:
@@ -286,9 +320,11 @@ def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cach
     else:
         sk = k_cache.shape[1]
     kv = _lib.KvcacheDesc()  # zero-filled: no append, no rotary, splits chosen by the library
+    if block_table is None:  # C checks batch (or cache_batch_idx) against the cache's rows
+        kv.num_cache_rows = k_cache.shape[0]
     new = 0
     if k_new is not None:
-        k_new, v_new = _last_contig(k_new), _last_contig(v_new)
+        k_new, v_new = _c_layout(k_new), _c_layout(v_new)
         new = k_new.shape[1]
         if k_new.shape != (B, new, Hkv, D) or v_new.shape != k_new.shape:
             raise ValueError(f"flashc: k and v must be (batch = {B}, seqlen_new, nheads_k = {Hkv}, headdim = {D}), "
@@ -305,8 +341,7 @@ def kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cach
     if cache_batch_idx is not None:
         cbi = _i32(cache_batch_idx, "cache_batch_idx", q)
         check_1d("cache_batch_idx", cbi.shape, B, True)
-        kv.cache_batch_idx = cbi.data_ptr()
-        kv.num_cache_rows = k_cache.shape[0]  # the kernels clamp the indices into the cache
+        kv.cache_batch_idx = cbi.data_ptr()  # (the kernels clamp the indices into num_cache_rows)
         keep.append(cbi)
     if rotary_cos is not None or rotary_sin is not None:
         if rotary_cos is None or rotary_sin is None:
@@ -347,7 +382,7 @@ def merge_impl(out_parts, lse_parts, out_dtype):
     if pdt is None or odt is None:
         raise ValueError(f"flashc: out_parts is {out_parts.dtype}, out_dtype {out_dtype}: float32, float16 or "
                          "bfloat16 expected")
-    parts = _last_contig(out_parts)
+    parts = _c_layout(out_parts)
     m = merge_desc(tuple(parts.shape), pdt, odt, parts.stride())
     n, b, s, h, d = parts.shape
     _same_device(parts, "lse_parts", lse_parts)
@@ -480,8 +515,7 @@ class AttentionFunction(torch.autograd.Function):
             ga = dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
             gb = dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
             gc = dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-        if dout.stride(-1) != 1 or 0 in dout.stride():
-            dout = dout.contiguous()
+        dout = _c_layout(dout)
         _bwd(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_q, cu_k, used, *ctx.args)
         return (None, ga, gb, gc) + (None,) * 12
 

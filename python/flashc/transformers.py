@@ -66,8 +66,12 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     B, Sq, H, D = q.shape
     Hkv = k.shape[2]
     dv = v.shape[-1]
-    if dv != D:  # e.g. MLA: v has a smaller head dim; zero columns leave the output unchanged
+    if dv < D:  # e.g. MLA: v has a smaller head dim; zero columns leave the output unchanged
         v = torch.nn.functional.pad(v, [0, D - dv])
+    elif dv > D:  # zero columns in q and k leave the scores unchanged (the scale stays q's head dim's)
+        scaling = scaling if scaling is not None else D ** -0.5
+        q, k = torch.nn.functional.pad(q, [0, dv - D]), torch.nn.functional.pad(k, [0, dv - D])
+        D = dv
     window = (sliding_window - 1, sliding_window - 1) if sliding_window else (-1, -1)
     opt = dict(causal=causal, scale=scaling, softcap=softcap or 0.0, window=window)
 
@@ -95,7 +99,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
             out = out.view(B, Sq, H, -1)
         else:
             out = _torch.attention(q, k, v, **opt)
-    if dv != D:
+    if out.shape[-1] != dv:
         out = out[..., :dv]
     return out, None
 

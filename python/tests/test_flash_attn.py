@@ -304,6 +304,24 @@ def test_with_kvcache(new, rotary, causal, layout):
     assert torch.equal(kc[untouched], kc0[untouched]) and torch.equal(vc[untouched], vc0[untouched])
 
 
+def test_with_kvcache_checks_what_c_cannot_see():
+    # a cache of fewer rows than the batch (no cache_batch_idx): the appends and reads would run past it
+    q, kc, vc = rand(4, 1, 4, HD), rand(1, 8, 2, HD), rand(1, 8, 2, HD)
+    seqlens = torch.zeros(4, dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="num_cache_rows"):
+        fa.flash_attn_with_kvcache(q, kc, vc, rand(4, 1, 2, HD), rand(4, 1, 2, HD), cache_seqlens=seqlens)
+    # a broadcast cache cannot be written in place; a broadcast k (new keys) is copied
+    kc4, vc4 = rand(4, 8, 2, HD), rand(4, 8, 2, HD)
+    with pytest.raises(ValueError, match="broadcast"):
+        fa.flash_attn_with_kvcache(q, rand(1, 8, 2, HD).expand(4, 8, 2, HD), vc4, cache_seqlens=seqlens)
+    k1 = rand(1, 1, 2, HD)
+    kc_a, vc_a = kc4.clone(), vc4.clone()
+    out = fa.flash_attn_with_kvcache(q, kc4, vc4, k1.expand(4, 1, 2, HD), k1.expand(4, 1, 2, HD), cache_seqlens=seqlens)
+    want = fa.flash_attn_with_kvcache(q, kc_a, vc_a, k1.expand(4, 1, 2, HD).contiguous(),
+                                      k1.expand(4, 1, 2, HD).contiguous(), cache_seqlens=seqlens)
+    assert torch.equal(out, want) and torch.equal(kc4, kc_a)
+
+
 @pytest.mark.parametrize("page", [1, 16, 256])
 @pytest.mark.parametrize("new", [0, 3])
 @pytest.mark.parametrize("splits", [0, 1, 3])

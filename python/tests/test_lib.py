@@ -95,6 +95,18 @@ def test_errors_carry_the_c_message():
         flashc.attention(q, q, q, softcap=float("nan"))
 
 
+def test_errors_survive_pickling():
+    # DataLoader workers and process pools send exceptions through pickle: the type, status and C
+    # message must arrive
+    import pickle
+
+    q = np.random.default_rng().standard_normal((1, 4, 2, 8)).astype(np.float32)
+    with pytest.raises(ValueError) as e:
+        flashc.attention(q, q, q, scale=-1.0)
+    e2 = pickle.loads(pickle.dumps(e.value))
+    assert type(e2) is type(e.value) and e2.status == e.value.status and str(e2) == str(e.value)
+
+
 def test_unsupported_is_not_implemented_error():
     ml = pytest.importorskip("ml_dtypes")
     q = np.zeros((1, 4, 2, 8), ml.float8_e4m3fn)

@@ -142,10 +142,15 @@ def test_last_dim_not_contiguous_is_copied():
     assert_close("out", flashc.attention(q, k, k), ref_attention(q, k, k)[0])
 
 
-def test_negative_strides_are_rejected_by_c():
+def test_negative_and_broadcast_strides_are_copied():
+    # the C layout takes neither, and reads all-zero strides as "contiguous": a broadcast k would be
+    # read past its memory. Both are copied, as a last dim with a stride is.
     q = randn((1, 6, 2, 8), np.float32)[:, ::-1]
-    with pytest.raises(ValueError, match="q_stride"):
-        flashc.attention(q, q, q)
+    k = np.broadcast_to(randn((8,), np.float32), (1, 6, 2, 8))  # strides (0, 0, 0, 4)
+    v = np.broadcast_to(randn((1, 1, 2, 8), np.float32), (1, 6, 2, 8))  # strides (0, 0, 32, 4)
+    out = flashc.attention(q, k, v)
+    want = flashc.attention(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v))
+    assert np.array_equal(out, want)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -197,6 +202,38 @@ def test_varlen_rows_before_the_first_sequence(long_q):
     assert (out[:2] == 0).all() and np.isposinf(lse[:, :2]).all()
     r = ref_attention(q[None, 2:2 + n], k[None, :9], v[None, :9])
     assert_close("out", out[2:2 + n], r[0][0])
+
+
+def test_varlen_offsets_past_the_arrays_are_refused():
+    # C sees cu_seqlens, not the arrays' row counts: offsets past them would read and write out of bounds
+    q = randn((4, 2, 8), np.float32)
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        flashc.attention(q, q, q, cu_seqlens_q=np.array([0, 4096], np.int32), cu_seqlens_k=np.array([0, 4], np.int32))
+    with pytest.raises(ValueError, match="cu_seqlens_k"):
+        flashc.attention(q, q, q, cu_seqlens_q=np.array([0, 4], np.int32), cu_seqlens_k=np.array([0, 5], np.int32))
+
+
+def test_varlen_rows_after_the_last_sequence():
+    """q / k with rows after cu_seqlens_*[-1] (flash-attn's lse is (H, q rows)): those rows belong to no
+    sequence (out 0, lse +inf, zero gradients) and the others' lse keeps its place."""
+    cu_q, cu_k = np.array([0, 3, 6], np.int32), np.array([0, 5, 9], np.int32)
+    H, D = 2, 8
+    q, k, v = randn((10, H, D), np.float32), randn((12, 1, D), np.float32), randn((12, 1, D), np.float32)
+    out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    o6, l6 = flashc.attention(q[:6], k[:9], v[:9], cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    assert lse.shape == (H, 10) and np.array_equal(lse[:, :6], l6) and np.isposinf(lse[:, 6:]).all()
+    assert np.array_equal(out[:6], o6) and (out[6:] == 0).all()
+    dout = randn(q.shape, np.float32)
+    dq, dk, dv = flashc.attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    g6 = flashc.attention_backward(dout[:6], q[:6], k[:9], v[:9], o6, l6, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert np.array_equal(dq[:6], g6[0]) and np.array_equal(dk[:9], g6[1]) and np.array_equal(dv[:9], g6[2])
+    assert (dq[6:] == 0).all() and (dk[9:] == 0).all() and (dv[9:] == 0).all()
+
+
+def test_descale_is_refused_for_numpy():
+    q = randn((1, 4, 2, 8), np.float32)
+    with pytest.raises(ValueError, match="descale"):
+        flashc.attention(q, q, q, descale=(2.0, 1.0, 1.0))
 
 
 def test_varlen_seqused_k():

@@ -94,6 +94,48 @@ def test_varlen_autograd(dev, dt):
                (q.grad[None, qs], k.grad[None, ks], v.grad[None, ks]), causal=True)
 
 
+@pytest.mark.parametrize("dev", DEVICES)
+def test_broadcast_inputs_are_copied(dev):
+    # expand()ed tensors have stride 0, and all-zero [batch, seq, head] strides mean "contiguous" to
+    # C: passed as they are, k would be read past its memory
+    q = rand(2, 6, 4, 8, dev=dev, grad=True)
+    k0, v0 = rand(8, dev=dev, grad=True), rand(1, 1, 2, 8, dev=dev, grad=True)
+    k, v = k0.expand(2, 6, 2, 8), v0.expand(2, 6, 2, 8)
+    out = flashc.attention(q, k, v)
+    want = flashc.attention(q.detach(), k.detach().contiguous(), v.detach().contiguous())
+    assert torch.equal(out.detach(), want)
+    out.sum().backward()  # (dout is an expanded tensor too)
+    assert k0.grad is not None and v0.grad.shape == v0.shape
+
+
+def test_varlen_offsets_past_the_tensors_are_refused():
+    q = rand(4, 2, 8)
+    big, small = torch.tensor([0, 4096], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        flashc.attention(q, q, q, cu_seqlens_q=big, cu_seqlens_k=small)
+    with pytest.raises(ValueError, match="cu_seqlens_k"):
+        flashc.attention(q, q, q, cu_seqlens_q=small, cu_seqlens_k=torch.tensor([0, 5], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_varlen_rows_after_the_last_sequence(dev):
+    """Rows after cu_seqlens_*[-1] belong to no sequence: out 0, lse +inf (flash-attn's lse is (H, q
+    rows), C's (H, cu_seqlens_q[-1])), zero gradients; the other rows as without them."""
+    cu_q = torch.tensor([0, 3, 6], dtype=torch.int32, device=dev)
+    cu_k = torch.tensor([0, 5, 9], dtype=torch.int32, device=dev)
+    q, k, v = rand(10, 2, 8, dev=dev, grad=True), rand(12, 1, 8, dev=dev, grad=True), rand(12, 1, 8, dev=dev, grad=True)
+    out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    q6, k9, v9 = (t.detach()[:n].clone().requires_grad_(True) for t, n in ((q, 6), (k, 9), (v, 9)))
+    o6, l6 = flashc.attention(q6, k9, v9, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    assert lse.shape == (2, 10) and torch.equal(lse[:, :6], l6) and torch.isinf(lse[:, 6:]).all()
+    assert torch.equal(out[:6], o6) and (out[6:] == 0).all()
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    o6.backward(dout[:6])
+    for g, g6, n in ((q.grad, q6.grad, 6), (k.grad, k9.grad, 9), (v.grad, v9.grad, 9)):
+        assert torch.allclose(g[:n], g6) and (g[n:] == 0).all()
+
+
 def test_attention_backward_function_matches_autograd():
     q, k, v = rand(1, 8, 2, 8, grad=True), rand(1, 8, 2, 8, grad=True), rand(1, 8, 2, 8, grad=True)
     out, lse = flashc.attention(q, k, v, causal=True, return_lse=True)

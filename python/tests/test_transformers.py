@@ -7,6 +7,7 @@ eager run the same weights; both are judged against eager in fp64 by DESIGN.md s
 static) on left-padded batches, and packed sequences. CPU in fp32; on a GPU also bf16.
 """
 import copy
+import types
 
 import pytest
 
@@ -178,3 +179,15 @@ def test_dropout_is_refused():
     m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="flashc").train()
     with pytest.raises(NotImplementedError, match="dropout"):
         m(torch.randint(0, 96, (1, 5)))
+
+
+@pytest.mark.parametrize("dv", [8, 32])
+def test_value_head_dim_unlike_the_query_head_dim(dv):
+    # v narrower than q, k (MLA) is padded with zero columns; wider, q and k are (the scale stays q's)
+    from flashc.transformers import attention_forward
+
+    q, k, v = torch.randn(2, 4, 5, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, dv)
+    out, _ = attention_forward(types.SimpleNamespace(is_causal=True), q, k, v, None)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                            is_causal=True).transpose(1, 2)
+    assert out.shape == want.shape and torch.allclose(out, want, atol=1e-5)
