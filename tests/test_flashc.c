@@ -29,6 +29,7 @@
 //   the one-off checks: `for s in 1 2 3; do build/test_flashc --fuzz 300 --seed $s; done`.
 //   The last line is "N passed, M failed"; the exit status is nonzero on any failure.
 #include "test_common.h"
+#include "cpu/flashc_cpu.h" // FLASHC_CPU_FWD_BR: unseen_inf_v_check aims at the CPU's query block edge
 
 #include <time.h>
 
@@ -489,6 +490,18 @@ static void build_cases(void) {
                 if (t == 2) c.layout = L_PADDED;
                 add(c);
             }
+    }
+    // the CPU backward's waves (BWD_WAVE_ROWS = 4096 query or key rows a wave, flashc_cpu.c): batch 3
+    // of 2000 rows and varlen 5 x 1000 rows take two or more; nothing above reaches a second wave
+    {
+        tcase c = mk(3, 2, 1, 2000, 2000, 16, FLASHC_DTYPE_F32);
+        add(c);
+        c.dt = FLASHC_DTYPE_BF16, c.causal = 1;
+        add(c);
+        static const int l[] = {1000, 1000, 1000, 1000, 1000};
+        c = mk(0, 2, 2, 0, 0, 16, FLASHC_DTYPE_F16);
+        set_varlen(&c, 5, l, l);
+        add(c);
     }
 }
 
@@ -1773,23 +1786,25 @@ static void nokey_inf_v_check(tbackend *be) {
 
 // The CPU forward reads no key row past the last one a query block's rows see (its bf16 dot-product
 // path packs V_j rows in pairs, and an odd block's partner row was once read: 0 x Inf = NaN in rows
-// whose keys are all finite). Causal, Sq = 150, Sk = 151: row r sees keys <= r + 1, so the first
-// query block's 144 rows see keys < 145 and key 145's V row is Inf; O of those rows must be finite.
+// whose keys are all finite). Causal, Sq = BR + 6, Sk = BR + 7 (BR = FLASHC_CPU_FWD_BR, 144): row r
+// sees keys <= r + 1, so the first query block's BR rows see keys < BR + 1 and key BR + 1's V row is
+// Inf; O of those rows must be finite.
 // CPU only: a GPU query block splits the rows differently, and rows that share a key block with the
 // Inf may get NaN there (nokey_inf_v_case says why no rule asks otherwise). The FA2 kernel's
-// property: where FLASHC_CPU_DECODE_MAX_SQ sends seqlen_q 150 to the decode kernel (run_tests.sh's
+// property: where FLASHC_CPU_DECODE_MAX_SQ sends seqlen_q BR + 6 to the decode kernel (run_tests.sh's
 // decode-only run), whose rows share key steps, the case is skipped.
 static void unseen_inf_v_check(tbackend *be) {
     if (strcmp(be->name, "cpu")) return;
     const char *env = getenv("FLASHC_CPU_DECODE_MAX_SQ");
-    if (env && atoi(env) >= 150) {
-        tc_skip("rows beside an unseen Inf in V: FLASHC_CPU_DECODE_MAX_SQ=%s runs seqlen_q 150 on the decode kernel", env);
+    if (env && atoi(env) >= FLASHC_CPU_FWD_BR + 6) {
+        tc_skip("rows beside an unseen Inf in V: FLASHC_CPU_DECODE_MAX_SQ=%s runs seqlen_q %d on the decode kernel", env,
+                FLASHC_CPU_FWD_BR + 6);
         return;
     }
     for (int di = 0; di < 3; di++)
         for (int D = 64; D <= 128; D += 64) {
             const flashc_dtype dt = DT3[di];
-            const int SQ = 150, SK = 151, inf_key = 145, rows = 144;
+            const int rows = FLASHC_CPU_FWD_BR, SQ = rows + 6, SK = rows + 7, inf_key = rows + 1;
             char line[256];
             snprintf(line, sizeof line, "rows beside an unseen Inf in V %s %s causal Sq=%d Sk=%d H=2/1 D=%d", be->name,
                      tc_dtype_name(dt), SQ, SK, D);
@@ -2133,6 +2148,30 @@ static void nan_check(tbackend *be) {
             for (int dd = 0; dd < 2; dd++) nan_case(be, FLASHC_DTYPE_BF16, Ds[dd], 3, what);
 }
 
+// The CPU row caches (the forward's K_j / V_j blocks, the backward's Q_i / dO_i rows) each get a
+// share of a byte budget per thread: on 16 threads at seqlen 2048, D = 128 they hold fewer rows than
+// a thread walks, so their overflow path (the last slot shared) runs, against the reference.
+static void cpu_many_threads_check(void) {
+    flashc_ctx *ctx = NULL;
+    if (flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, 16) != FLASHC_OK) {
+        tc_fail("cpu16: flashc_ctx_create(CPU, 16 threads) failed");
+        return;
+    }
+    tbackend be = {.name = "cpu16", .ctx = ctx, .all_cases = 1};
+    for (int causal = 0; causal < 2; causal++) {
+        tcase c = mk(1, 1, 1, 2048, 2048, 128, FLASHC_DTYPE_F32);
+        c.causal = causal;
+        char desc[400];
+        case_desc(desc, sizeof desc, &c);
+        tc_rng rng = tc_rng_make(g_seed, 0x16 + (uint64_t)causal);
+        refdata R;
+        ref_build(&R, &c, &rng);
+        run_on(&be, &c, causal, &R, desc);
+        ref_free(&R);
+    }
+    flashc_ctx_free(ctx);
+}
+
 // ------------------------------------------------------------------------------------------------
 // main
 
@@ -2151,8 +2190,10 @@ static void open_backend(const char *name, flashc_backend kind, int all_cases) {
     flashc_ctx *ctx = NULL;
     flashc_status st = flashc_ctx_create(&ctx, kind, 0);
     if (st == FLASHC_ERR_NO_BACKEND && kind == FLASHC_BACKEND_CUDA) {
-        if (flashc__cuda_device_present) printf("cuda: skipped (no device)\n");
-        else printf("cuda: skipped (not compiled in)\n");
+        const char *why = flashc__cuda_device_present ? "no usable device" : "not compiled in";
+        // asked for by name (gpu.sh), no backend is a failure: 0 checks must not read as a pass
+        if (g_backend) tc_fail("cuda: --backend cuda, but the backend is unavailable (%s)", why);
+        else printf("cuda: skipped (%s)\n", why);
         return;
     }
     if (st != FLASHC_OK) {
@@ -2221,6 +2262,7 @@ int main(int argc, char **argv) {
         nan_check(&g_be[b]);
     }
     if (!fuzz && (!g_backend || !strcmp(g_backend, "cpu"))) thread_checks();
+    if (!fuzz && !g_quick && (!g_backend || !strcmp(g_backend, "cpu"))) cpu_many_threads_check();
     for (int b = 0; b < g_nbe; b++) flashc_ctx_free(g_be[b].ctx);
     printf("test_flashc: %d of %d %scases run on %d backend(s)%s in %.1f s\n", n_run, g_ncases, fuzz ? "fuzz " : "",
            g_nbe, g_quick ? " (--quick)" : "", now_s() - t0);

@@ -11,9 +11,10 @@
 // Then flashc_fwd_kvcache runs on the backend under test with o / lse poisoned, and the test
 // checks o, lse, the appended cache rows (each equal to the fp64-rotated value, rounded) and that
 // every other byte of both caches is unchanged.
-// Tolerances: f32 |err| <= 1e-5 (1 + |ref|) for o and lse. f16 / bf16: FlashAttention-2's rule,
-// max |err| <= 2 max |err of a naive attention in that precision| + 1e-5, with the naive one
-// computed here (scores rounded to the dtype, P rounded, O accumulated in fp32 and rounded).
+// Tolerances: lse (fp32 in every dtype) and f32 o: |err| <= 1e-5 (1 + |ref|). f16 / bf16 o:
+// FlashAttention-2's rule, max |err| <= 2 max |err of a naive attention in that precision| + 1e-5,
+// with the naive one computed here (scores rounded to the dtype, P rounded, O accumulated in fp32
+// and rounded).
 //
 // Paged prefill: flashc_fwd with a block table (varlen and batch mode, with and without seqused_k,
 // table entries past the keys seen out of range) against the ref backend's flashc_fwd on the dense
@@ -300,7 +301,7 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t
     flashc_ctx_free(rctx);
 
     // naive error in the dtype (bf16 / f16 bound)
-    double naive_o = 0, naive_l = 0;
+    double naive_o = 0;
     if (dt != FLASHC_DTYPE_F32) {
         double *qr = malloc(sizeof(double) * (size_t)D), *on = malloc(sizeof(double) * (size_t)D);
         double *Kb = malloc(sizeof(double) * (size_t)cap * D), *Vb = malloc(sizeof(double) * (size_t)cap * D);
@@ -318,12 +319,10 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t
                     int lo, hi;
                     key_range(c, i, Sq, used[b], &lo, &hi);
                     for (int d = 0; d < D; d++) qr[d] = Qd[(((int64_t)b * Sq + i) * H + h) * D + d];
-                    double ln;
+                    double ln; // (its lse: unused, the LSE rule is fp32's in every dtype, as test_flashc's)
                     naive_row(c, qr, Kb, Vb, D, lo, hi, scale, slope, (int64_t)i + used[b] - Sq, on, &ln);
                     int64_t ro = (((int64_t)b * Sq + i) * H + h) * D;
                     for (int d = 0; d < D; d++) naive_o = fmax(naive_o, fabs(on[d] - o_ref[ro + d]));
-                    double lr = lse_ref[((int64_t)b * H + h) * Sq + i];
-                    if (!isinf(lr)) naive_l = fmax(naive_l, fabs(ln - lr));
                 }
             }
         free(qr), free(on), free(Kb), free(Vb);
@@ -419,12 +418,13 @@ static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t
                     if (c->no_lse) continue;
                     double l = lse[((int64_t)b * H + h) * Sq + i], lr = lse_ref[((int64_t)b * H + h) * Sq + i];
                     if (isinf(lr) || isinf(l)) bad_inf += !(isinf(lr) && isinf(l) && l > 0);
-                    else if (dt == FLASHC_DTYPE_F32) err_l = fmax(err_l, fabs(l - lr) / (1 + fabs(lr)));
-                    else err_l = fmax(err_l, fabs(l - lr));
+                    else err_l = fmax(err_l, fabs(l - lr) / (1 + fabs(lr)));
                 }
         if (!c->no_lse && !isnan(lse[n_lse])) unwritten++; // one past the end must stay untouched
         double bound_o = dt == FLASHC_DTYPE_F32 ? 1e-5 : 2 * naive_o + 1e-5;
-        double bound_l = dt == FLASHC_DTYPE_F32 ? 1e-5 : 2 * naive_l + 1e-5;
+        // LSE: fp32 in every dtype, |x - ref| <= 1e-5 (1 + |ref|) (DESIGN.md §2's fp32 form, as test_flashc);
+        // the bf16 naive's LSE error (~1e-2, its rounded scores) let an LSE off by 4e-3 pass
+        double bound_l = 1e-5;
         double got_o = dt == FLASHC_DTYPE_F32 ? worst_rel : err_o;
         if (unwritten || bad_inf || !(got_o <= bound_o) || !(err_l <= bound_l))
             tc_fail("%s: o err %.3g (bound %.3g), lse err %.3g (bound %.3g), %d unwritten, %d lse +inf mismatches",
@@ -1403,8 +1403,9 @@ int main(int argc, char **argv) {
         flashc_ctx *ctx = NULL;
         if (kinds[bi] == FLASHC_BACKEND_CUDA) {
             flashc_status cst = flashc_ctx_create(&ctx, FLASHC_BACKEND_CUDA, 0);
-            if (cst == FLASHC_ERR_NO_BACKEND) {
-                printf("cuda: skipped (not compiled in, or no device)\n");
+            if (cst == FLASHC_ERR_NO_BACKEND) { // asked for by name (gpu.sh): 0 checks must not read as a pass
+                if (g_backend) tc_fail("cuda: --backend cuda, but the backend is unavailable (not compiled in, or no device)");
+                else printf("cuda: skipped (not compiled in, or no device)\n");
                 continue;
             }
             if (cst != FLASHC_OK) {
