@@ -50,7 +50,8 @@ note() { echo "$*" | tee -a "$SUMMARY"; [ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -e "$BUILD/libflashc.so" ]; then
     start=$(date +%s)
-    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" "$BUILD/test_kvcache" "$BUILD/test_fp8" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
+    make -j"${GPU_JOBS:-$(nproc)}" BUILD="$BUILD" lib "$BUILD/test_flashc" "$BUILD/test_kvcache" "$BUILD/test_fp8" \
+        "$BUILD/test_bad_input" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; note "build: FAILED (log build.log)"; exit 2; }
     note "build: ok in $(( $(date +%s) - start )) s ($(grep -c 'nvcc' "$LOG/build.log") nvcc calls; log build.log)"
 fi
 
@@ -71,7 +72,9 @@ run_test() {
     timeout "${TEST_TIMEOUT:-900}" "$@" >"$tlog" 2>&1
     t=$?
     [ $t -ne 0 ] && rc=1 && grep -E "^FAIL" "$tlog" | head -20 | tee -a "$SUMMARY"
-    note "$label: $(tail -1 "$tlog") [exit $t, $(( $(date +%s) - start )) s; log $(basename "$tlog")]"
+    # (the skip count too: a case newly refused as unsupported shows as a change there, not a failure)
+    skips=$(grep -E "^[a-z_0-9]+: [0-9]+ skipped" "$tlog" | tail -1 | sed 's/^[a-z_0-9]*: //; s/ (.*//')
+    note "$label: $(tail -1 "$tlog")${skips:+, $skips} [exit $t, $(( $(date +%s) - start )) s; log $(basename "$tlog")]"
 }
 
 if want test; then
@@ -96,6 +99,8 @@ if want test; then
     # the mma.sync (FA2-class) kernels, which other GPUs run: forced here on sm_90
     run_test "test (cuda, FLASHC_CUDA_SM90=0)" test_mma.log env FLASHC_CUDA_SM90=0 "$BUILD/test_flashc" --backend cuda
     run_test "test_kvcache (cuda)" kvcache.log "$BUILD/test_kvcache" --backend cuda
+    # bad input on the device: the description-level cases through flashc_supports (device_desc_cases)
+    if [ -x "$BUILD/test_bad_input" ]; then run_test "test_bad_input" bad_input.log "$BUILD/test_bad_input"; fi
     # random cases beside the tables, a new seed each run (FUZZ_SEED reruns one; the label names it)
     run_test "test (cuda, --fuzz 500 --seed $seed)" fuzz.log "$BUILD/test_flashc" --backend cuda --fuzz 500 --seed "$seed"
     run_test "test_kvcache (cuda, --fuzz 200 --seed $seed)" kvfuzz.log "$BUILD/test_kvcache" --backend cuda --fuzz 200 --seed "$seed"
