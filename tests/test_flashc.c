@@ -503,6 +503,16 @@ static void build_cases(void) {
         set_varlen(&c, 5, l, l);
         add(c);
     }
+    // --quick (run_tests.sh's scalar and AVX2 runs, the sanitizers) also gets every dtype at the awkward
+    // sizes and head dims past 256 and below 8: its own picks (every third cheap case) missed them
+    for (int t = 0; t < 3; t++)
+        for (int si = 0; si < 4; si++) {
+            static const int S[4] = {1, 15, 17, 129}, Ds[4] = {1, 5, 320, 512};
+            tcase c = mk(1, 2, 1, S[si], S[(si + 1) % 4], Ds[(si + t) % 4], DT3[t]);
+            c.causal = si & 1;
+            c.quick = 1;
+            add(c);
+        }
 }
 
 // The fuzz list (--fuzz N): N mixed cases drawn from --seed, with wider ranges (mixed_cases' WIDE),
