@@ -32,14 +32,15 @@ def main():
             out = subprocess.run(cmd + extra, capture_output=True, text=True, env=env, check=True).stdout
             for line in out.splitlines():
                 f = line.split()
-                if f and f[0] in ("fwd", "bwd") and "|" in f:
-                    res.setdefault((f[0], name), []).append(float(f[f.index("|") + 3]))  # GFLOP/s
-    for d in ("fwd", "bwd"):
-        if (d, "a") not in res:
+                if f and f[0] in ("fwd", "bwd") and "|" in f:  # keyed by the whole row's label: one shape each
+                    key = " ".join(f[:f.index("|")])
+                    res.setdefault((key, name), []).append(float(f[f.index("|") + 3]))  # GFLOP/s
+    for key in dict.fromkeys(k for k, _ in res):
+        a, b = res[(key, "a")], res.get((key, "b"), [])
+        if not b:
             continue
-        a, b = res[(d, "a")], res[(d, "b")]
         ma, mb = statistics.median(a), statistics.median(b)
-        print(f"{' '.join(extra)} {d}: A {ma:6.1f}  B {mb:6.1f} GFLOP/s  B/A {mb / ma:.3f}"
+        print(f"{key}: A {ma:6.1f}  B {mb:6.1f} GFLOP/s  B/A {mb / ma:.3f}"
               f"  (n={len(a)}; A {min(a):.0f}-{max(a):.0f}, B {min(b):.0f}-{max(b):.0f})", flush=True)
 
 

@@ -59,7 +59,8 @@ def main():
         return ab_bwd(fa, fb, args)
     for dt in args.dtypes.split(","):
         for D in (int(x) for x in args.dims.split(",")):
-            if dt == "e4m3" and D == 64:
+            if dt == "e4m3" and D == 64:  # (bench_gpu times it; this lab's tables never had it)
+                print("e4m3 D=64: not timed by this lab", flush=True)
                 continue
             for causal in (False, True):
                 for S in (int(x) for x in args.seqlens.split(",")):
@@ -80,13 +81,13 @@ def main():
     shutil.rmtree(tmp)
 
 
-def ab_time(label, run_a, run_b, outs_a, outs_b, flops, rounds, reps=10, what="max|dO|"):
+def ab_time(label, run_a, run_b, outs_a, outs_b, flops, rounds, reps=10, what="max|O_a - O_b|"):
     """A and B timed interleaved (the two see the same clocks): median TFLOP/s, B / A, the largest
     |a - b| over the output pairs"""
     t = [[], []]
-    for _ in range(rounds):
-        t[0].append(bg.time_ms(run_a, reps))
-        t[1].append(bg.time_ms(run_b, reps))
+    for r in range(rounds):  # the order alternates, so neither is always the one timed first
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            t[i].append(bg.time_ms((run_a, run_b)[i], reps))
     ta, tb = (flops / (sorted(x)[len(x) // 2] * 1e-3) / 1e12 for x in t)
     err = max((a.float() - b.float()).abs().max().item() for a, b in zip(outs_a, outs_b))
     print(f"{label}  A {ta:6.1f}  B {tb:6.1f}  B/A {tb / ta:.3f}  {what} {err:.2e}", flush=True)
