@@ -97,7 +97,8 @@ typedef enum flashc_backend {
  *                likewise of k/v; the [batch] stride is ignored; seqlen_q / seqlen_k are the
  *                maximum sequence lengths (an upper bound the library checks), lse is fp32
  *                (heads, total_q) contiguous, total_q = cu_seqlens_q[batch]. Rows before
- *                cu_seqlens_q[0] belong to no sequence: the forward writes o = 0, lse = +inf there.
+ *                cu_seqlens_q[0] belong to no sequence: the forward writes o = 0, lse = +inf there,
+ *                the backward dq = 0 (and dk = dv = 0 in rows before cu_seqlens_k[0]).
  *
  * Masking, aligned to the bottom-right corner like FlashAttention-2 (PyTorch's is_causal is
  * top-left; ours is not): with sq, sk this sequence's lengths, query i sees key j iff
@@ -191,13 +192,16 @@ FLASHC_API const char   *flashc_ctx_last_error(const flashc_ctx *ctx);
 
 /* FLASHC_OK if the ctx's backend can run this problem (forward and backward; the forward alone for
  * E4M3, which has no backward), else the status flashc_fwd would return, with the reason in
- * flashc_ctx_last_error; paged K/V, which has no backward, answers UNSUPPORTED. Reads no tensor
- * memory except cu_seqlens (host backends). */
+ * flashc_ctx_last_error; paged K/V, which has no backward, answers UNSUPPORTED. On CUDA two limits
+ * are checked later, by the call itself: the backward's shared memory (flashc_bwd) and E4M3's
+ * 16-byte alignment and strides (flashc_fwd). Reads cu_seqlens and seqused_k (a synchronous copy
+ * on CUDA) and, on the host backends, block_table; no other tensor memory. */
 FLASHC_API flashc_status flashc_supports(flashc_ctx *ctx, const flashc_attn_desc *d);
 
 /* Workspace sizes in bytes (on the ctx's device). 0 means none is needed. The sizes depend only on
  * the description and the ctx (thread count; on CUDA the device's SM count and the FLASHC_CUDA_*
- * switches read at its creation), never on tensor contents. */
+ * switches read at its creation), never on tensor contents except, in varlen mode, cu_seqlens_q /
+ * cu_seqlens_k (read to the host: a synchronous copy on CUDA). */
 FLASHC_API size_t flashc_fwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d);
 FLASHC_API size_t flashc_bwd_workspace_size(flashc_ctx *ctx, const flashc_attn_desc *d);
 
