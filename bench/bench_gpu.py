@@ -410,7 +410,8 @@ def run_decode(fc, B, Sk, Sq, device, emit, log):
         torch.cuda.synchronize()
         g_same = bool(torch.equal(o_e, o))
     bad = "" if e_c <= tol and e_p <= tol and g_same is not False else \
-        f"B={B} Sk={Sk} Sq={Sq}: max|o - o_fp32| contiguous {e_c:.3g}, paged {e_p:.3g} (gate {tol:.3g}), graph == eager {g_same}"
+        (f"B={B} Sk={Sk} Sq={Sq}: max|o - o_fp32| contiguous {e_c:.3g}, paged {e_p:.3g} (gate {tol:.3g}), "
+         f"graph == eager {g_same}")
     for name, ms in res.items():
         rec = dict(impl=name, ms=round(ms, 5), gbps=round(kv_bytes / (ms * 1e-3) / 1e9, 1), **base)
         if name == "flashc_paged16":
