@@ -253,6 +253,40 @@ static int check_against_ref(int threads) {
     return ok;
 }
 
+// The timed path itself: batch 1, one query, a cache of 8192 keys, no append: the CPU decode kernel
+// splits the keys over the threads (a split a 1024 keys at most) and merges the partials by their
+// lse, which the 700-key case above never reaches. o and lse against the reference backend.
+static int check_split_path(int threads) {
+    const int cap = 8192;
+    const size_t nkv = (size_t)cap * H_KV * HD, nq = (size_t)H_Q * HD;
+    uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2), *q = malloc(nq * 2), *o[2] = {malloc(nq * 2), malloc(nq * 2)};
+    float lse[2][H_Q];
+    for (size_t e = 0; e < nkv; e++) k[e] = rand_bf16(), v[e] = rand_bf16();
+    for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
+    flashc_attn_desc d = {0};
+    d.batch = 1, d.seqlen_q = 1, d.seqlen_k = cap, d.heads = H_Q, d.heads_kv = H_KV, d.head_dim = HD;
+    d.dtype = FLASHC_DTYPE_BF16;
+    flashc_fill_contiguous_strides(&d);
+    flashc_kvcache_desc kv = {0};
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+        flashc_ctx *ctx;
+        if (flashc_ctx_create(&ctx, i ? FLASHC_BACKEND_REF : FLASHC_BACKEND_CPU, threads) != FLASHC_OK) return 0;
+        flashc_status st = flashc_fwd_kvcache(ctx, &d, &kv, q, k, v, NULL, NULL, o[i], lse[i], NULL, 0, NULL);
+        if (st != FLASHC_OK) printf("check: %s\n", flashc_ctx_last_error(ctx)), ok = 0;
+        flashc_ctx_free(ctx);
+    }
+    double err = 0, err_l = 0;
+    for (size_t e = 0; e < nq && ok; e++)
+        err = fmax(err, fabs(flashc__bf16_to_f32(o[0][e]) - flashc__bf16_to_f32(o[1][e])));
+    for (int h = 0; h < H_Q && ok; h++) err_l = fmax(err_l, fabs(lse[0][h] - lse[1][h]) / (1 + fabs(lse[1][h])));
+    ok = ok && err <= 0x1p-7 && err_l <= 1e-5;
+    printf("check: cpu vs ref, B=1 Sq=1 kv=%d GQA %d/%d D=%d bf16 (split over %d threads, merged): max |diff| o %.3g "
+           "(<= 2^-7), lse %.3g (<= 1e-5 relative) -> %s\n", cap, H_Q, H_KV, HD, threads, err, err_l, ok ? "ok" : "FAILED");
+    free(k), free(v), free(q), free(o[0]), free(o[1]);
+    return ok;
+}
+
 
 int main(int argc, char **argv) {
     opts o;
@@ -262,7 +296,7 @@ int main(int argc, char **argv) {
     printf("flashc %s decode benchmark: GQA %d/%d, head_dim %d, bf16 cache, %d threads\n", flashc_version_string(), H_Q,
            H_KV, HD, o.threads);
     printf("device: %s; load average (1 min) %.2f at start\n", device, loadavg1());
-    if (o.check && !check_against_ref(o.threads)) return 1;
+    if (o.check && !(check_against_ref(o.threads) && check_split_path(o.threads))) return 1;
 
     FILE *jf = NULL;
     if (o.json && !(jf = fopen(o.json, "a"))) {
