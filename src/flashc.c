@@ -325,14 +325,14 @@ flashc_status flashc__resolve(flashc_ctx *ctx, const flashc_attn_desc *d, flashc
     if (d->block_table) {
         if (d->page_size < 1) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "page_size = %d: must be >= 1", d->page_size);
         if (d->num_pages < 1) FAIL(ctx, FLASHC_ERR_INVALID_ARG, "num_pages = %d: must be >= 1", d->num_pages);
-        int64_t pages_per_seq = ((int64_t)p->Sk + d->page_size - 1) / d->page_size;
+        int64_t pages_per_seq = flashc__n_pages(p->Sk, d->page_size);
         if (d->block_table_stride < pages_per_seq)
             FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table_stride = %lld: must be >= ceil(seqlen_k / page_size) = %lld",
                  (long long)d->block_table_stride, (long long)pages_per_seq);
         if (!ctx->ops->read_i32 && mode != FLASHC__FOR_KVCACHE) { // kvcache: against c_b + seqlen_new
             for (int b = 0; b < p->B; b++) {
                 flashc_seq s = flashc__seq(p, b);
-                for (int64_t i = 0; i < ((int64_t)s.sk + d->page_size - 1) / d->page_size; i++) { // (int: wraps at page_size 2^31 - 1)
+                for (int64_t i = 0; i < flashc__n_pages(s.sk, d->page_size); i++) {
                     int32_t page = d->block_table[(int64_t)b * d->block_table_stride + i];
                     if (page < 0 || page >= d->num_pages)
                         FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table[%d][%lld] = %d: must be in [0, num_pages = %d)", b,

@@ -55,6 +55,10 @@ typedef struct flashc_problem {
     const int32_t *cache_batch_idx;
 } flashc_problem;
 
+// Pages that hold `keys` keys at page_size keys a page, in int64: (keys + page_size - 1) in int
+// wraps at page sizes near 2^31 (a block-table check once ran zero times there).
+static inline int64_t flashc__n_pages(int64_t keys, int32_t page_size) { return (keys + page_size - 1) / page_size; }
+
 // One sequence of the batch: its lengths and the row offsets of its first q row and k row.
 // In batch mode row offsets are 0 and the batch stride is used; in varlen mode the batch stride
 // is 0 and rows start at cu_seqlens[b]. Element offset of (b, i, h) in q is

@@ -170,7 +170,7 @@ static flashc_status check_lengths(flashc_ctx *ctx, const flashc_kvcache_desc *k
             FAIL(ctx, FLASHC_ERR_INVALID_ARG, "cache_batch_idx[%d] = %d: must be < num_cache_rows = %lld", b, cbi[b],
                  (long long)kv->num_cache_rows);
         if (p->block_table && !on_dev) // a device table is clamped by the kernels instead
-            for (int64_t i = 0; i < (n + p->page_size - 1) / p->page_size; i++) {
+            for (int64_t i = 0; i < flashc__n_pages(n, p->page_size); i++) {
                 const int32_t page = p->block_table[(int64_t)b * p->block_table_stride + i];
                 if (page < 0 || page >= p->num_pages)
                     FAIL(ctx, FLASHC_ERR_INVALID_ARG, "block_table[%d][%lld] = %d: must be in [0, num_pages = %d)", b,

@@ -20,7 +20,8 @@
 # ab line (ab.py without --bwd).
 set -eu
 cd "$(dirname "$0")/../.."
-names() { for p in dev/cuda/patches/0*.patch; do basename "$p" .patch | sed 's/^[0-9]*-//'; done; }
+name_of() { basename "$1" .patch | sed 's/^[0-9]*-//'; } # 0013-bwd-dq-sw32.patch -> bwd-dq-sw32
+names() { for p in dev/cuda/patches/0*.patch; do name_of "$p"; done; }
 out=${OUT:-/tmp/pending-out}
 mkdir -p "$out"
 
@@ -29,7 +30,7 @@ pack)
     rm -rf build-gpu/pack build-gpu/carry
     sh dev/cuda/carry.sh add main
     for p in dev/cuda/patches/0*.patch; do
-        n=$(basename "$p" .patch | sed 's/^[0-9]*-//')
+        n=$(name_of "$p")
         tree=/tmp/pending/$n
         [ -d "$tree" ] && git worktree remove --force "$tree"
         git worktree add -q --detach "$tree" HEAD

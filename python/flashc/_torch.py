@@ -40,25 +40,26 @@ def _ptrs(*ts):
 _CONTIGUOUS = torch.contiguous_format
 
 
+def _broadcast(t):
+    """Has t a broadcast (expand()ed, stride-0) dim? All-zero [batch, seq, head] strides mean
+    "contiguous" to C, so such a tensor cannot be passed as it is."""
+    return any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape))
+
+
 def _c_layout(t):
-    """t, or a contiguous copy where the C layout cannot express it: the C layout has no stride for
-    head_dim (flash-attn makes the same copy), and all-zero [batch, seq, head] strides mean
-    "contiguous" to C, so a broadcast (expand()ed, stride-0) dim must be materialised."""
+    """t, or a contiguous copy where the C layout cannot express it: a last dim with a stride (the C
+    layout has none for head_dim; flash-attn makes the same copy) or a broadcast dim."""
     st = t.stride()
-    if st[-1] == 1 and 0 not in st:
+    if st[-1] == 1 and 0 not in st:  # (the common case, without the loop)
         return t
-    sh = t.shape
-    if (sh[-1] > 1 and st[-1] != 1) or any(s == 0 and n > 1 for s, n in zip(st, sh)):
-        return t.contiguous()
-    return t
+    return t.contiguous() if (t.shape[-1] > 1 and st[-1] != 1) or _broadcast(t) else t
 
 
 def _check_out(name, t):
     """An output or in-place tensor (dq, dk, dv, the KV cache) must be one C can address as it is."""
-    st, sh = t.stride(), t.shape
-    if sh[-1] > 1 and st[-1] != 1:
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"flashc: {name} must have a contiguous last dimension (it is written in place)")
-    if any(s == 0 and n > 1 for s, n in zip(st, sh)):
+    if _broadcast(t):
         raise ValueError(f"flashc: {name} has a broadcast (stride 0) dimension: it is written, so each element "
                          f"needs its own memory")
 
@@ -262,7 +263,7 @@ def bwd_impl(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu
         raise ValueError(f"flashc: lse must be float32 of shape {lse_shape} on {q.device}, "
                          f"got {tuple(lse.shape)} {lse.dtype} on {lse.device}")
     # (C reads lse as (H, cu_seqlens_q[-1]); rows after the last sequence get zero gradients)
-    lse = lse[:, :totals[0]].contiguous() if varlen and totals[0] < q.shape[0] else lse.contiguous()
+    lse = (lse[:, :totals[0]] if varlen else lse).contiguous()
     if varlen:
         dq[totals[0]:].zero_()
         dk[totals[1]:].zero_()

@@ -534,7 +534,7 @@ static int fwd_by_decode_rows(const flashc_problem *p, flashc_problem *dec) {
     dec->B = (int32_t)p->total_q, dec->Sq = 1;
     dec->q_stride[0] = p->q_stride[1], dec->o_stride[0] = p->o_stride[1];
     if (p->block_table) { // page strides kept; the rows' tables (written at the call) as wide as Sk needs
-        dec->block_table_stride = ((int64_t)p->Sk + p->page_size - 1) / p->page_size; // (int: wraps near 2^31)
+        dec->block_table_stride = flashc__n_pages(p->Sk, p->page_size);
     } else {
         dec->k_stride[0] = p->k_stride[1], dec->v_stride[0] = p->v_stride[1];
     }
