@@ -8,7 +8,7 @@
 #   (NAME = the patch's name without its number: 0013-bwd-dq-sw32.patch -> bwd-dq-sw32), and packs
 #   main (this checkout) and each NAME into build-gpu/carry with carry.sh (~1.5 min a build here),
 #   and builds dev/cuda/readbw.cu there (the decode read lab).
-# There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call on an H100):
+# There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call):
 #   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
 #                                      --fuzz 300, racecheck and memcheck over the bf16 backward
 #   sh dev/cuda/pending.sh ab [NAME..] one-process A/B of each NAME against main, backward, D 128
@@ -46,14 +46,17 @@ check)
     t=/tmp/x/$n/test_flashc
     run() { # LABEL LOG CMD...: the command's last line beside its label
         label=$1 log=$out/$2; shift 2
-        timeout 280 "$@" >"$log" 2>&1 && rc=0 || rc=$?
+        timeout 480 "$@" >"$log" 2>&1 && rc=0 || rc=$?
         echo "$n $label: $(tail -n 1 "$log") [exit $rc]" | tee -a "$out/summary.txt"
     }
-    run "bwd cases" check-$n.log "$t" --backend cuda --filter "bwd cuda"
-    run "bwd cases, 3 CTAs" check3-$n.log env FLASHC_CUDA_CTAS=3 "$t" --backend cuda --filter "bwd cuda"
-    run "fuzz 300" fuzz-$n.log "$t" --backend cuda --fuzz 300 --seed 3707
-    run "racecheck" race-$n.log compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16"
-    run "memcheck" mem-$n.log compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16"
+    # all five side by side (16 cores there; the tests are bound by the fp64 reference on the CPU),
+    # so that one call holds them: serially they could take 5 x 280 s
+    run "bwd cases" check-$n.log "$t" --backend cuda --filter "bwd cuda" &
+    run "bwd cases, 3 CTAs" check3-$n.log env FLASHC_CUDA_CTAS=3 "$t" --backend cuda --filter "bwd cuda" &
+    run "fuzz 300" fuzz-$n.log "$t" --backend cuda --fuzz 300 --seed 3707 &
+    run "racecheck" race-$n.log compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16" &
+    run "memcheck" mem-$n.log compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16" &
+    wait
     ;;
 ab)
     shift
