@@ -11,6 +11,8 @@
 # There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call):
 #   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
 #                                      --fuzz 300, racecheck and memcheck over the bf16 backward
+#   sh dev/cuda/pending.sh main        main's tests side by side (a short form of gpu.sh test)
+#   (RUN_TIMEOUT=S: each test run of check / main, default 480 s)
 #   sh dev/cuda/pending.sh ab [NAME..] one-process A/B of each NAME against main, backward, D 128
 #                                      and 64, S 512-16k (dev/cuda/ab.py --bwd), then ncu's shared
 #                                      wavefronts of the D = 128 S = 4096 backward for main and each,
@@ -24,6 +26,12 @@ name_of() { basename "$1" .patch | sed 's/^[0-9]*-//'; } # 0013-bwd-dq-sw32.patc
 names() { for p in dev/cuda/patches/0*.patch; do name_of "$p"; done; }
 out=${OUT:-/tmp/pending-out}
 mkdir -p "$out"
+
+run() { # LABEL LOG CMD...: the command's last line beside its label ($n: the build's name)
+    label=$1 log=$out/$2; shift 2
+    timeout "${RUN_TIMEOUT:-480}" "$@" >"$log" 2>&1 && rc=0 || rc=$?
+    echo "$n $label: $(tail -n 1 "$log") [exit $rc]" | tee -a "$out/summary.txt"
+}
 
 case "${1:-}" in
 pack)
@@ -44,11 +52,6 @@ check)
     n=$2
     [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
     t=/tmp/x/$n/test_flashc
-    run() { # LABEL LOG CMD...: the command's last line beside its label
-        label=$1 log=$out/$2; shift 2
-        timeout 480 "$@" >"$log" 2>&1 && rc=0 || rc=$?
-        echo "$n $label: $(tail -n 1 "$log") [exit $rc]" | tee -a "$out/summary.txt"
-    }
     # all five side by side (16 cores there; the tests are bound by the fp64 reference on the CPU),
     # so that one call holds them: serially they could take 5 x 280 s
     run "bwd cases" check-$n.log "$t" --backend cuda --filter "bwd cuda" &
@@ -56,6 +59,17 @@ check)
     run "fuzz 300" fuzz-$n.log "$t" --backend cuda --fuzz 300 --seed 3707 &
     run "racecheck" race-$n.log compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16" &
     run "memcheck" mem-$n.log compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16" &
+    wait
+    ;;
+main)
+    # main's own tests side by side, when the budget has no room for gpu.sh test (~540 s): one
+    # whole test_flashc sweep, test_kvcache, test_fp8 --quick, test_bad_input (~150-250 s)
+    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    t=/tmp/x/main n=main
+    run "test_flashc" main-flashc.log "$t/test_flashc" --backend cuda &
+    run "test_kvcache" main-kvcache.log "$t/test_kvcache" --backend cuda &
+    run "test_fp8 --quick" main-fp8.log "$t/test_fp8" --backend cuda --quick &
+    run "test_bad_input" main-bad.log "$t/test_bad_input" &
     wait
     ;;
 ab)
@@ -77,7 +91,7 @@ ab)
     if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
     ;;
 *)
-    echo "usage: sh dev/cuda/pending.sh pack | check NAME | ab [NAME..]" >&2
+    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | ab [NAME..]" >&2
     exit 2
     ;;
 esac
