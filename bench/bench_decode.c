@@ -12,6 +12,12 @@
 //
 // Method: the caches are two pools of "sequence slots" addressed through cache_batch_idx, and each
 // timed call reads slots the previous call did not, so no call finds its K/V in the 32 MiB L3.
+// --page LIST adds paged caches (PagedAttention) of those page sizes over the same pools: a call's
+// B * kv / P pages are the pages of the slots the contiguous call would read, shuffled through its
+// block table (one fixed permutation), as an allocator's free list leaves them after churn. The
+// layouts take turns within each repeat, so "x contig" is a ratio from the same minutes. Every
+// row's "read GB/s" is the streaming read: small pages cost what random reads of that size cost
+// the memory system (NOTES.md session 39: 2 KB pages in a shuffled order read at ~half the rate).
 // Cache full (cache_seqlens = kv), no append, causal. Warm-up calls, then the median of --repeats
 // calls (clock_gettime(CLOCK_MONOTONIC)), min and max beside it. Before timing, one small case is
 // checked against the reference backend.
@@ -42,6 +48,7 @@ typedef struct opts {
     int threads, repeats, hugepages, check;
     double max_gb;
     int kv[MAX_LIST], n_kv, batch[MAX_LIST], n_batch, sq[MAX_LIST], n_sq;
+    int page[MAX_LIST], n_page; // page sizes of the paged layouts (none: contiguous only)
     const char *json;
 } opts;
 
@@ -66,6 +73,7 @@ static void usage(void) {
            "  --kv LIST           cache lengths (default 4k,8k,16k,32k,64k)\n"
            "  --batch LIST        batch sizes (default 1,4,16)\n"
            "  --seqlen-q LIST     query tokens (default 1,4)\n"
+           "  --page LIST         also paged caches of these page sizes (e.g. 1,16,256), beside contiguous\n"
            "  --repeats N         timed calls per shape (default 9)\n"
            "  --max-gb X          memory for the K and V pools together (default 4.5); larger shapes are skipped\n"
            "  --hugepages         madvise(MADV_HUGEPAGE) the pools (default: plain malloc'd memory)\n"
@@ -87,6 +95,7 @@ static void parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--kv") && v) o->n_kv = parse_list(v, o->kv), i++;
         else if (!strcmp(a, "--batch") && v) o->n_batch = parse_list(v, o->batch), i++;
         else if (!strcmp(a, "--seqlen-q") && v) o->n_sq = parse_list(v, o->sq), i++;
+        else if (!strcmp(a, "--page") && v) o->n_page = parse_list(v, o->page), i++;
         else if (!strcmp(a, "--json") && v) o->json = v, i++;
         else if (!strcmp(a, "--hugepages")) o->hugepages = 1;
         else if (!strcmp(a, "--no-check")) o->check = 0;
@@ -96,7 +105,7 @@ static void parse(int argc, char **argv, opts *o) {
             exit(2);
         }
     }
-    if (o->threads < 1 || o->repeats < 1 || o->n_kv < 1 || o->n_batch < 1 || o->n_sq < 1) {
+    if (o->threads < 1 || o->repeats < 1 || o->n_kv < 1 || o->n_batch < 1 || o->n_sq < 1 || o->n_page < 0) {
         fprintf(stderr, "flashc-bench-decode: bad option value\n");
         exit(2);
     }
@@ -242,7 +251,8 @@ static int check_against_ref(int threads) {
     }
     for (size_t e = 0; e < nq && ok; e++)
         err = fmax(err, fabs(flashc__bf16_to_f32(o[0][e]) - flashc__bf16_to_f32(o[1][e])));
-    // both round the same fp32 / fp64 result to bf16: one bf16 ulp of |o| < 2 apart at most
+    // one bf16 ulp of |o| < 2 (2^-7): a sanity gate for the timed path (the rounding of o, and of
+    // P_ij in the dot-product kernel, stay well inside it); the tests hold the accuracy rule
     ok = ok && err <= 0x1p-7 && !memcmp(k[0], k[1], rows * slot * 2) && !memcmp(v[0], v[1], rows * slot * 2);
     printf("check: cpu vs ref, B=%d Sq=%d kv=%d GQA %d/%d D=%d bf16 append+rotary+cache_batch_idx: max |diff| = %.3g "
            "(<= 2^-7), caches %s -> %s\n",
@@ -253,14 +263,39 @@ static int check_against_ref(int threads) {
     return ok;
 }
 
+// flashc_fwd_kvcache (no append) on the cpu backend and on the reference: the largest |o| difference
+// (*err) and relative lse difference (*err_l) over nq output elements and nl lse entries; 0 when a
+// call failed (its message printed).
+static int cpu_vs_ref(const flashc_attn_desc *d, const flashc_kvcache_desc *kv, const uint16_t *q, uint16_t *k,
+                      uint16_t *v, size_t nq, size_t nl, int threads, double *err, double *err_l) {
+    uint16_t *o[2] = {malloc(nq * 2), malloc(nq * 2)};
+    float *lse[2] = {malloc(nl * sizeof(float)), malloc(nl * sizeof(float))};
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+        flashc_ctx *ctx;
+        if (flashc_ctx_create(&ctx, i ? FLASHC_BACKEND_REF : FLASHC_BACKEND_CPU, threads) != FLASHC_OK) {
+            ok = 0;
+            break;
+        }
+        flashc_status st = flashc_fwd_kvcache(ctx, d, kv, q, k, v, NULL, NULL, o[i], lse[i], NULL, 0, NULL);
+        if (st != FLASHC_OK) printf("check: %s\n", flashc_ctx_last_error(ctx)), ok = 0;
+        flashc_ctx_free(ctx);
+    }
+    *err = *err_l = 0;
+    for (size_t e = 0; e < nq && ok; e++)
+        *err = fmax(*err, fabs(flashc__bf16_to_f32(o[0][e]) - flashc__bf16_to_f32(o[1][e])));
+    for (size_t e = 0; e < nl && ok; e++) *err_l = fmax(*err_l, fabs(lse[0][e] - lse[1][e]) / (1 + fabs(lse[1][e])));
+    free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
+    return ok;
+}
+
 // The timed path itself: batch 1, one query, a cache of 8192 keys, no append: the CPU decode kernel
 // splits the keys over the threads (a split a 1024 keys at most) and merges the partials by their
 // lse, which the 700-key case above never reaches. o and lse against the reference backend.
 static int check_split_path(int threads) {
     const int cap = 8192;
     const size_t nkv = (size_t)cap * H_KV * HD, nq = (size_t)H_Q * HD;
-    uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2), *q = malloc(nq * 2), *o[2] = {malloc(nq * 2), malloc(nq * 2)};
-    float lse[2][H_Q];
+    uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2), *q = malloc(nq * 2);
     for (size_t e = 0; e < nkv; e++) k[e] = rand_bf16(), v[e] = rand_bf16();
     for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
     flashc_attn_desc d = {0};
@@ -268,25 +303,45 @@ static int check_split_path(int threads) {
     d.dtype = FLASHC_DTYPE_BF16;
     flashc_fill_contiguous_strides(&d);
     flashc_kvcache_desc kv = {0};
-    int ok = 1;
-    for (int i = 0; i < 2 && ok; i++) {
-        flashc_ctx *ctx;
-        if (flashc_ctx_create(&ctx, i ? FLASHC_BACKEND_REF : FLASHC_BACKEND_CPU, threads) != FLASHC_OK) return 0;
-        flashc_status st = flashc_fwd_kvcache(ctx, &d, &kv, q, k, v, NULL, NULL, o[i], lse[i], NULL, 0, NULL);
-        if (st != FLASHC_OK) printf("check: %s\n", flashc_ctx_last_error(ctx)), ok = 0;
-        flashc_ctx_free(ctx);
-    }
-    double err = 0, err_l = 0;
-    for (size_t e = 0; e < nq && ok; e++)
-        err = fmax(err, fabs(flashc__bf16_to_f32(o[0][e]) - flashc__bf16_to_f32(o[1][e])));
-    for (int h = 0; h < H_Q && ok; h++) err_l = fmax(err_l, fabs(lse[0][h] - lse[1][h]) / (1 + fabs(lse[1][h])));
-    ok = ok && err <= 0x1p-7 && err_l <= 1e-5;
+    double err, err_l;
+    const int ok = cpu_vs_ref(&d, &kv, q, k, v, nq, H_Q, threads, &err, &err_l) && err <= 0x1p-7 && err_l <= 1e-5;
     printf("check: cpu vs ref, B=1 Sq=1 kv=%d GQA %d/%d D=%d bf16 (split over %d threads, merged): max |diff| o %.3g "
            "(<= 2^-7), lse %.3g (<= 1e-5 relative) -> %s\n", cap, H_Q, H_KV, HD, threads, err, err_l, ok ? "ok" : "FAILED");
-    free(k), free(v), free(q), free(o[0]), free(o[1]);
+    free(k), free(v), free(q);
     return ok;
 }
 
+// The paged path at page size P: B = 2, four queries (causal), 1000 and 517 cached keys, the pool's
+// pages shuffled through the block table; o and lse against the reference backend.
+static int check_paged(int threads, int P) {
+    const int B = 2, Sq = 4, pps = (1024 + P - 1) / P, n_pages = B * pps;
+    const size_t page = (size_t)P * H_KV * HD, nq = (size_t)B * Sq * H_Q * HD;
+    uint16_t *k = malloc(n_pages * page * 2), *v = malloc(n_pages * page * 2), *q = malloc(nq * 2);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_pages), cl[2] = {1000, 517};
+    for (size_t e = 0; e < n_pages * page; e++) k[e] = rand_bf16(), v[e] = rand_bf16();
+    for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
+    for (int i = 0; i < n_pages; i++) bt[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) { // Fisher-Yates
+        g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+        const int j = (int)((g_rng >> 33) % (uint64_t)(i + 1)), x = bt[i];
+        bt[i] = bt[j], bt[j] = x;
+    }
+    flashc_attn_desc d = {0};
+    d.batch = B, d.seqlen_q = Sq, d.seqlen_k = pps * P, d.heads = H_Q, d.heads_kv = H_KV, d.head_dim = HD;
+    d.dtype = FLASHC_DTYPE_BF16, d.causal = 1;
+    d.block_table = bt, d.block_table_stride = pps, d.page_size = P, d.num_pages = n_pages;
+    flashc_fill_contiguous_strides(&d);
+    flashc_kvcache_desc kv = {0};
+    kv.cache_seqlens = cl;
+    double err, err_l;
+    const int ok = cpu_vs_ref(&d, &kv, q, k, v, nq, (size_t)B * Sq * H_Q, threads, &err, &err_l) && err <= 0x1p-7 &&
+                   err_l <= 1e-5;
+    printf("check: cpu vs ref, B=%d Sq=%d kv=%d,%d GQA %d/%d D=%d bf16 paged (page %d, shuffled): max |diff| o %.3g "
+           "(<= 2^-7), lse %.3g (<= 1e-5 relative) -> %s\n", B, Sq, cl[0], cl[1], H_Q, H_KV, HD, P, err, err_l,
+           ok ? "ok" : "FAILED");
+    free(k), free(v), free(q), free(bt);
+    return ok;
+}
 
 int main(int argc, char **argv) {
     opts o;
@@ -297,6 +352,8 @@ int main(int argc, char **argv) {
            H_KV, HD, o.threads);
     printf("device: %s; load average (1 min) %.2f at start\n", device, loadavg1());
     if (o.check && !(check_against_ref(o.threads) && check_split_path(o.threads))) return 1;
+    for (int i = 0; i < o.n_page && o.check; i++)
+        if (!check_paged(o.threads, o.page[i])) return 1;
 
     FILE *jf = NULL;
     if (o.json && !(jf = fopen(o.json, "a"))) {
@@ -335,8 +392,11 @@ int main(int argc, char **argv) {
 
     flashc_ctx *ctx;
     if (flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, o.threads) != FLASHC_OK) return 1;
-    printf("\n%5s %3s %6s %9s %9s %9s %9s %8s %6s\n", "batch", "sq", "kv", "ms", "min ms", "GB/s", "read GB/s", "% read",
-           "load");
+    // layout 0 is the contiguous cache (slots through cache_batch_idx), layout l >= 1 the paged one
+    // at page size o.page[l - 1] over the same pools
+    const int n_lay = 1 + o.n_page;
+    printf("\n%5s %3s %6s %8s %9s %9s %9s %9s %8s %8s %6s\n", "batch", "sq", "kv", "layout", "ms", "min ms", "GB/s",
+           "read GB/s", "% read", "x contig", "load");
     for (int si = 0; si < o.n_sq; si++)
         for (int bi = 0; bi < o.n_batch; bi++)
             for (int ki = 0; ki < o.n_kv; ki++) {
@@ -354,54 +414,106 @@ int main(int argc, char **argv) {
                 int32_t *cl = malloc(sizeof(int32_t) * (size_t)B), *cbi = malloc(sizeof(int32_t) * (size_t)B);
                 for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
                 for (int b = 0; b < B; b++) cl[b] = kv;
-                flashc_attn_desc d = {0};
-                d.batch = B, d.seqlen_q = Sq, d.seqlen_k = kv, d.heads = H_Q, d.heads_kv = H_KV, d.head_dim = HD;
-                d.dtype = FLASHC_DTYPE_BF16, d.causal = 1;
-                flashc_fill_contiguous_strides(&d);
-                flashc_kvcache_desc kd = {0};
-                kd.cache_seqlens = cl, kd.cache_batch_idx = cbi;
-                size_t ws_size = flashc_kvcache_workspace_size(ctx, &d, &kd);
-                void *ws = ws_size ? pool_alloc(ws_size, 0) : NULL;
-                // call r reads slots (r * B .. r * B + B - 1) mod the groups of B that fit
+                flashc_attn_desc d[MAX_LIST + 1];
+                flashc_kvcache_desc kd[MAX_LIST + 1];
+                int32_t *perm[MAX_LIST + 1] = {NULL}, *bt[MAX_LIST + 1] = {NULL};
+                void *ws[MAX_LIST + 1] = {NULL};
+                size_t ws_size[MAX_LIST + 1] = {0};
+                int live[MAX_LIST + 1] = {0};
+                for (int l = 0; l < n_lay; l++) {
+                    const int P = l ? o.page[l - 1] : 0, pps = P ? kv / P : 0;
+                    if (P && kv % P) {
+                        printf("%5d %3d %6d   page %d skipped: kv is not a whole number of pages\n", B, Sq, kv, P);
+                        continue;
+                    }
+                    memset(&d[l], 0, sizeof d[l]);
+                    d[l].batch = B, d[l].seqlen_q = Sq, d[l].seqlen_k = kv, d[l].heads = H_Q, d[l].heads_kv = H_KV;
+                    d[l].head_dim = HD, d[l].dtype = FLASHC_DTYPE_BF16, d[l].causal = 1;
+                    memset(&kd[l], 0, sizeof kd[l]);
+                    kd[l].cache_seqlens = cl;
+                    if (P) { // the pools as (num_pages, P, H_KV, HD); a call's table: its slots' pages, shuffled
+                        const int n = B * pps;
+                        perm[l] = malloc(sizeof(int32_t) * (size_t)n), bt[l] = malloc(sizeof(int32_t) * (size_t)n);
+                        for (int i = 0; i < n; i++) perm[l][i] = i;
+                        for (int i = n - 1; i > 0; i--) { // Fisher-Yates
+                            g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+                            const int j = (int)((g_rng >> 33) % (uint64_t)(i + 1)), x = perm[l][i];
+                            perm[l][i] = perm[l][j], perm[l][j] = x;
+                        }
+                        d[l].block_table = bt[l], d[l].block_table_stride = pps, d[l].page_size = P;
+                        d[l].num_pages = (int32_t)(need / 2 / ((size_t)P * H_KV * HD));
+                    } else {
+                        kd[l].cache_batch_idx = cbi;
+                    }
+                    flashc_fill_contiguous_strides(&d[l]);
+                    ws_size[l] = flashc_kvcache_workspace_size(ctx, &d[l], &kd[l]);
+                    ws[l] = ws_size[l] ? pool_alloc(ws_size[l], 0) : NULL;
+                    live[l] = 1;
+                }
+                // call r of layout l reads slots (g * B .. g * B + B - 1), g = r * n_lay + l mod the
+                // groups of B that fit: each call reads slots the previous one did not (where they fit)
                 const int groups = n_slots / B;
-                double *t = malloc(sizeof(double) * (size_t)o.repeats), *rb = malloc(sizeof(double) * (size_t)o.repeats);
+                double *t = malloc(sizeof(double) * (size_t)o.repeats * n_lay);
+                double *rb = malloc(sizeof(double) * (size_t)o.repeats * n_lay);
                 // the ceiling is sampled between the timed calls, one streaming read of about the
                 // same bytes (64 .. 512 MiB) before each, so both see the same load on the cores
                 size_t rd_bytes = 2 * bytes < ((size_t)64 << 20) ? (size_t)64 << 20 : 2 * bytes;
                 if (rd_bytes > bw_bytes) rd_bytes = bw_bytes;
                 flashc_status st = FLASHC_OK;
-                for (int r = -2; r < o.repeats && st == FLASHC_OK; r++) { // 2 warm-up calls
-                    const int g = ((r + 2) % groups + groups) % groups;
-                    for (int b = 0; b < B; b++) cbi[b] = g * B + b;
-                    if (r >= 0) { // a window the previous read did not touch (no L3 hits)
-                        const size_t n_win = bw_bytes / rd_bytes;
-                        rb[r] = measure_bw(0, bw + (size_t)r % n_win * rd_bytes, rd_bytes, o.threads, 1);
+                for (int r = -2; r < o.repeats && st == FLASHC_OK; r++) // 2 warm-up rounds
+                    for (int l = 0; l < n_lay && st == FLASHC_OK; l++) {
+                        if (!live[l]) continue;
+                        const int g = ((r + 2) * n_lay + l) % groups;
+                        if (bt[l]) {
+                            const int pps = kv / o.page[l - 1];
+                            for (int i = 0; i < B * pps; i++) bt[l][i] = g * B * pps + perm[l][i];
+                        } else {
+                            for (int b = 0; b < B; b++) cbi[b] = g * B + b;
+                        }
+                        if (r >= 0) { // a window the previous read did not touch (no L3 hits)
+                            const size_t n_win = bw_bytes / rd_bytes;
+                            rb[l * o.repeats + r] =
+                                measure_bw(0, bw + (size_t)(r * n_lay + l) % n_win * rd_bytes, rd_bytes, o.threads, 1);
+                        }
+                        double t0 = now_s();
+                        st = flashc_fwd_kvcache(ctx, &d[l], &kd[l], q, kp, vp, NULL, NULL, out, lse, ws[l], ws_size[l], NULL);
+                        if (r >= 0) t[l * o.repeats + r] = now_s() - t0;
                     }
-                    double t0 = now_s();
-                    st = flashc_fwd_kvcache(ctx, &d, &kd, q, kp, vp, NULL, NULL, out, lse, ws, ws_size, NULL);
-                    if (r >= 0) t[r] = now_s() - t0;
-                }
                 if (st != FLASHC_OK) {
                     printf("flashc_fwd_kvcache: %s\n", flashc_ctx_last_error(ctx));
                     return 1;
                 }
-                qsort(t, (size_t)o.repeats, sizeof(double), cmp_double);
-                qsort(rb, (size_t)o.repeats, sizeof(double), cmp_double);
-                read0 = rb[o.repeats / 2];
-                const double med = t[o.repeats / 2], gbps = 2.0 * (double)bytes / med * 1e-9, load = loadavg1();
-                printf("%5d %3d %6d %9.3f %9.3f %9.2f %9.2f %7.1f%% %6.2f\n", B, Sq, kv, med * 1e3, t[0] * 1e3, gbps,
-                       read0, 100.0 * gbps / read0, load);
-                fflush(stdout);
-                if (jf)
-                    fprintf(jf,
-                            "{\"impl\": \"flashc\", \"backend\": \"cpu\", \"device\": \"%s\", \"dtype\": \"bf16\", "
-                            "\"direction\": \"decode\", \"batch\": %d, \"heads\": %d, \"heads_kv\": %d, \"seqlen_q\": %d, "
-                            "\"seqlen_k\": %d, \"head_dim\": %d, \"causal\": true, \"ms\": %.4f, \"ms_min\": %.4f, "
-                            "\"gbps\": %.3f, \"threads\": %d, \"read_ceiling_gbps\": %.3f, \"pct_of_read\": %.1f, "
-                            "\"loadavg\": %.2f}\n",
-                            device, B, H_Q, H_KV, Sq, kv, HD, med * 1e3, t[0] * 1e3, gbps, o.threads, read0,
-                            100.0 * gbps / read0, load);
-                free(q), free(out), free(lse), free(cl), free(cbi), free(ws), free(t), free(rb);
+                double med0 = 0;
+                for (int l = 0; l < n_lay; l++) {
+                    if (!live[l]) continue;
+                    double *tl = t + l * o.repeats, *rl = rb + l * o.repeats;
+                    qsort(tl, (size_t)o.repeats, sizeof(double), cmp_double);
+                    qsort(rl, (size_t)o.repeats, sizeof(double), cmp_double);
+                    read0 = rl[o.repeats / 2];
+                    const double med = tl[o.repeats / 2], gbps = 2.0 * (double)bytes / med * 1e-9, load = loadavg1();
+                    if (l == 0) med0 = med;
+                    const int P = l ? o.page[l - 1] : 0;
+                    char lay[16], xc[16];
+                    snprintf(lay, sizeof lay, P ? "page %d" : "contig", P);
+                    snprintf(xc, sizeof xc, P ? "%.3f" : "", med0 / med);
+                    printf("%5d %3d %6d %8s %9.3f %9.3f %9.2f %9.2f %7.1f%% %8s %6.2f\n", B, Sq, kv, lay, med * 1e3,
+                           tl[0] * 1e3, gbps, read0, 100.0 * gbps / read0, xc, load);
+                    fflush(stdout);
+                    if (jf) {
+                        char pg[48] = "";
+                        if (P) snprintf(pg, sizeof pg, "\"page_size\": %d, \"x_contiguous\": %.4f, ", P, med0 / med);
+                        fprintf(jf,
+                                "{\"impl\": \"%s\", \"backend\": \"cpu\", \"device\": \"%s\", \"dtype\": \"bf16\", "
+                                "\"direction\": \"decode\", \"batch\": %d, \"heads\": %d, \"heads_kv\": %d, \"seqlen_q\": %d, "
+                                "\"seqlen_k\": %d, \"head_dim\": %d, \"causal\": true, %s\"ms\": %.4f, \"ms_min\": %.4f, "
+                                "\"gbps\": %.3f, \"threads\": %d, \"read_ceiling_gbps\": %.3f, \"pct_of_read\": %.1f, "
+                                "\"loadavg\": %.2f}\n",
+                                P ? "flashc_paged" : "flashc", device, B, H_Q, H_KV, Sq, kv, HD, pg, med * 1e3, tl[0] * 1e3,
+                                gbps, o.threads, read0, 100.0 * gbps / read0, load);
+                    }
+                }
+                for (int l = 0; l < n_lay; l++) free(perm[l]), free(bt[l]), free(ws[l]);
+                free(q), free(out), free(lse), free(cl), free(cbi), free(t), free(rb);
             }
     printf("load average (1 min) %.2f at the end\n", loadavg1());
     flashc_ctx_free(ctx);
