@@ -12,8 +12,10 @@
 //     split (flash-decoding) and the fp32 partials are merged by their LSEs (flashc__merge_host_rows);
 //   - K_j, V_j rows are addressed through the block table (any page size) or cache_batch_idx via
 //     per-block row-pointer arrays, and read in their own dtype (bf16, f16, f32), widened in
-//     registers; the next block's rows are prefetched, whole and in address order, while this one
-//     computes.
+//     registers, or for bf16 on AVX-512 BF16 multiplied by dot products without widening (the
+//     widening kernel computed ~12.5 GB/s a core, less than a quiet host's DRAM gives: NOTES
+//     session 39); the next block's rows are prefetched, whole and in address order, while this
+//     one computes.
 // The kernel (flashc_cpu_decode_kernel.h) is compiled per ISA like the FA2 kernels; the driver is
 // flashc_cpu_decode.c.
 #ifndef FLASHC_CPU_DECODE_H

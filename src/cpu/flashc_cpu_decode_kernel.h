@@ -9,8 +9,9 @@
 // (Alg. 1 lines 8-10) against the block: S_ij = Q_i K_j^T one key at a time (MR rows x 2 vectors of
 // accumulators, then a horizontal sum), the online softmax over the block, and O_i += P_ij V_j with
 // the MR x 2 (or 4) vectors of O_i in registers while the keys stream. K_j and V_j are read in
-// their dtype straight from the cache (bf16 / f16 widened in registers), never copied, except when
-// D is not a multiple of the vector width (then an fp32 copy padded with zeros). While a block
+// their dtype straight from the cache (bf16 / f16 widened in registers, or bf16 by dot products:
+// MODE_DOT), never copied, except when D is not a multiple of the vector width (then an fp32 copy
+// padded with zeros). While a block
 // computes, the next one's rows are prefetched in address order (see pf_cursor).
 #ifndef FLASHC_ISA_NAME
 #error "define FLASHC_ISA and FLASHC_ISA_NAME before including flashc_cpu_decode_kernel.h"
@@ -104,12 +105,23 @@ DEC_INLINE void load_pair_bf16(const char *row, int64_t d, FLASHC_VF32 *even, FL
 }
 #endif
 
-// Where element d of a head vector sits in the scratch rows (Q, O): in pair order for bf16 (see
-// load_pair_bf16), else in place.
-static inline int64_t pair_pos(int64_t d, int pair) {
-    if (!pair) return d;
-    const int64_t g = d / (2 * W), r = d % (2 * W);
-    return g * 2 * W + (r % 2 ? W + r / 2 : r / 2);
+// How the microkernels read bf16 (the item picks one): widened one vector at a time, widened in
+// pairs (load_pair_bf16), or by dot products (AVX-512 BF16, below).
+enum { MODE_PLAIN, MODE_PAIR, MODE_DOT };
+
+// Where element d of a head vector sits in the scratch rows: Q and O in pair order for MODE_PAIR
+// (see load_pair_bf16); O in dot order for MODE_DOT (see pv_pass_dot; Q is the bf16 row as it is);
+// else in place.
+static inline int64_t pair_pos(int64_t d, int mode) {
+    if (mode == MODE_PAIR) {
+        const int64_t g = d / (2 * W), r = d % (2 * W);
+        return g * 2 * W + (r % 2 ? W + r / 2 : r / 2);
+    }
+    if (mode == MODE_DOT) { // within 32 dims: unpacklo's dims 8L + i, i < 4, at 4L + i; unpackhi's at 16 + 4L + i
+        const int64_t g = d / 32, e = d % 32;
+        return g * 32 + (e % 8 >= 4 ? 16 : 0) + e / 8 * 4 + e % 4;
+    }
+    return d;
 }
 
 // (k0, k1): the 2W elements d .. d + 2W - 1 as two vectors, in the order Q and O use
@@ -223,6 +235,110 @@ DEC_INLINE void pv_tile(const int mr, const flashc_dtype dt, const int pair, flo
 }
 
 // ------------------------------------------------------------------------------------------------
+// bf16 by dot products (MODE_DOT, AVX-512 BF16): vdpbf16ps adds a[2l] b[2l] + a[2l+1] b[2l+1] into
+// fp32 lane l, twice an FMA's multiply-adds per instruction, straight from bf16 pairs with nothing
+// widened. The widening kernels computed ~12.5 GB/s of K + V a core with K and V in L3 (NOTES
+// session 39): about what DRAM gives two cores of a busy host, half of what it gives a quiet one.
+//   S_ij = Q_i K_j^T: pairs along D, Q_i's bf16 rows as they are; the scale multiplies S_ij as it
+//     leaves the registers.
+//   O_i += P_ij V_j: pairs along the keys: P_ij rounded to bf16, as the GPU kernels and the FA2
+//     tiles' dot path do (l_i stays the fp32 sum), two V rows interleaved by unpacklo / unpackhi,
+//     which leaves O_i's dims in dot order within each 32 (pair_pos).
+#if FLASHC_ISA == FLASHC_ISA_AVX512
+#define DOT_BF16 1
+_Static_assert(BC == 2 * W, "pv_tile_dot converts a row of P_ij as two vectors");
+
+// S[r][c] = qmul Q_r . K_c for rows r < mr (bf16 rows ldq apart), keys c < nk; D % 32 == 0.
+DEC_INLINE void qk_tile_dot(const int mr, float *restrict S, const uint16_t *restrict Q, int64_t ldq,
+                            const char *const *kp, int64_t nk, int64_t D, float qmul, pf_cursor *pc,
+                            int64_t pf_per_key) {
+    for (int64_t c = 0; c < nk; c++) {
+        const uint16_t *K_c = (const uint16_t *)kp[c];
+        if (pc) pf_step(pc, pf_per_key);
+        __m512 a0[MR], a1[MR];
+        DEC_UNROLL for (int r = 0; r < MR; r++) a0[r] = a1[r] = _mm512_setzero_ps();
+        int64_t d = 0;
+        for (; d + 64 <= D; d += 64) {
+            const __m512bh k0 = (__m512bh)_mm512_loadu_si512((const void *)(K_c + d)),
+                           k1 = (__m512bh)_mm512_loadu_si512((const void *)(K_c + d + 32));
+            DEC_UNROLL for (int r = 0; r < MR; r++) {
+                if (r < mr) {
+                    a0[r] = _mm512_dpbf16_ps(a0[r], (__m512bh)_mm512_loadu_si512((const void *)(Q + r * ldq + d)), k0);
+                    a1[r] = _mm512_dpbf16_ps(a1[r], (__m512bh)_mm512_loadu_si512((const void *)(Q + r * ldq + d + 32)), k1);
+                }
+            }
+        }
+        if (d < D) {
+            const __m512bh k0 = (__m512bh)_mm512_loadu_si512((const void *)(K_c + d));
+            DEC_UNROLL for (int r = 0; r < MR; r++)
+                if (r < mr) a0[r] = _mm512_dpbf16_ps(a0[r], (__m512bh)_mm512_loadu_si512((const void *)(Q + r * ldq + d)), k0);
+        }
+        float s4[4];
+        hsum4(_mm512_add_ps(a0[0], a1[0]), _mm512_add_ps(a0[1], a1[1]), _mm512_add_ps(a0[2], a1[2]),
+              _mm512_add_ps(a0[3], a1[3]), s4);
+        DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) S[r * BC + c] = s4[r] * qmul;
+    }
+}
+
+// O_r = alpha_r O_r + sum_c P2[r][c / 2] . (V_c, V_c+1) for rows r < mr over dims [d, d + 16 nch) of
+// O's dot order (nch = 2: 32 dims, 4: 64), the keys by pairs (an odd last key meets a zero row).
+DEC_INLINE void pv_pass_dot(const int mr, const int nch, float *restrict O, int64_t Dp, int64_t d,
+                            const uint32_t (*P2)[BC / 2], const float *restrict alpha, const char *const *vp, int64_t nk,
+                            pf_cursor *pc, int64_t pf_per_key) {
+    __m512 o[4][MR];
+    DEC_UNROLL for (int r = 0; r < MR; r++) {
+        if (r < mr) {
+            const __m512 al = _mm512_set1_ps(alpha[r]);
+            DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) o[u][r] = _mm512_mul_ps(_mm512_loadu_ps(O + r * Dp + d + u * W), al);
+        }
+    }
+    for (int64_t c = 0; c < nk; c += 2) {
+        if (pc) pf_step(pc, 2 * pf_per_key);
+        const uint16_t *v0 = (const uint16_t *)vp[c] + d, *v1 = c + 1 < nk ? (const uint16_t *)vp[c + 1] + d : NULL;
+        __m512bh v[4];
+        DEC_UNROLL for (int u = 0; u < 4; u += 2) {
+            if (u < nch) {
+                const __m512i x = _mm512_loadu_si512((const void *)(v0 + 16 * u)),
+                              y = v1 ? _mm512_loadu_si512((const void *)(v1 + 16 * u)) : _mm512_setzero_si512();
+                v[u] = (__m512bh)_mm512_unpacklo_epi16(x, y);
+                v[u + 1] = (__m512bh)_mm512_unpackhi_epi16(x, y);
+            }
+        }
+        DEC_UNROLL for (int r = 0; r < MR; r++) {
+            if (r < mr) {
+                const __m512bh P_rc = (__m512bh)_mm512_set1_epi32((int)P2[r][c / 2]);
+                DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) o[u][r] = _mm512_dpbf16_ps(o[u][r], P_rc, v[u]);
+            }
+        }
+    }
+    DEC_UNROLL for (int r = 0; r < MR; r++) {
+        if (r < mr) {
+            DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) _mm512_storeu_ps(O + r * Dp + d + u * W, o[u][r]);
+        }
+    }
+}
+
+DEC_INLINE void pv_tile_dot(const int mr, float *restrict O, int64_t Dp, const float *restrict P,
+                            const float *restrict alpha, const char *const *vp, int64_t nk, int64_t D, pf_cursor *pc,
+                            int64_t pf_per_key) {
+    // P_ij by pairs of keys, rounded to bf16: word w of row r holds keys 2w (low half) and 2w + 1.
+    // P's columns [nk, 16 or 32) are 0 (softmax_rows pads to a whole vector); past 16 unwritten.
+    uint32_t P2[MR][BC / 2];
+    DEC_UNROLL for (int r = 0; r < MR; r++) {
+        if (r < mr) {
+            const __m512 x = _mm512_loadu_ps(P + r * BC), y = nk > W ? _mm512_loadu_ps(P + r * BC + W) : _mm512_setzero_ps();
+            _mm512_storeu_si512((void *)P2[r], (__m512i)_mm512_cvtne2ps_pbh(y, x));
+        }
+    }
+    int64_t d = 0;
+    for (; d + 64 <= D; d += 64) pv_pass_dot(mr, 4, O, Dp, d, (const uint32_t (*)[BC / 2])P2, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
+    if (d < D) pv_pass_dot(mr, 2, O, Dp, d, (const uint32_t (*)[BC / 2])P2, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
+}
+#else
+#define DOT_BF16 0
+#endif
+
+// ------------------------------------------------------------------------------------------------
 // the online softmax of one row tile over one key block (Alg. 1 lines 9-10, log2 units)
 
 // Row r of S: softcap, ALiBi, the mask, then m_new = max(m, rowmax S), alpha = 2^(m - m_new),
@@ -315,7 +431,8 @@ typedef struct dec_ctx {
     flashc_seq s;
     int b, kh0, nh, G;
     int64_t i0, ni, RG, Dp, Dv, jb, je;
-    int staged, pair;
+    int staged, mode;
+    float qmul; // MODE_DOT: the scale S_ij takes as it leaves the registers (else Q_i carries it)
 } dec_ctx;
 
 // The next block's segments for prefetching (see pf_cursor): n1 key rows starting at element
@@ -337,8 +454,9 @@ static int64_t pf_segments(const flashc_problem *p, const char *base, int64_t hs
 }
 
 // The key blocks of [jb, je) for every kv head of the item (dt: the dtype the microkernels read,
-// fp32 when staged; pair: bf16 read in pairs).
-DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pair) {
+// fp32 when staged; mode: how they read bf16).
+DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int mode) {
+    const int pair = mode == MODE_PAIR;
     const flashc_cpu_dec_job *J = X->J;
     const flashc_problem *p = X->p;
     const flashc_cpu_dec_scratch *t = &X->t;
@@ -403,6 +521,25 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int pa
                 float *Q = t->Q + (m0 + r0) * Dp, *O = t->O + (m0 + r0) * Dp;
                 float *m = t->m + m0 + r0, *l = t->l + m0 + r0, *alpha = t->alpha + m0 + r0;
                 pf_cursor *kpc = r0 == 0 && k_lines ? &kc : NULL, *vpc = r0 == 0 && v_lines ? &vc : NULL;
+#if DOT_BF16
+                if (mode == MODE_DOT) {
+                    const uint16_t *Q2 = (const uint16_t *)Q;
+                    switch (mr) { // S_ij = Q_i K_j^T
+                    case 4: qk_tile_dot(4, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
+                    case 3: qk_tile_dot(3, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
+                    case 2: qk_tile_dot(2, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
+                    default: qk_tile_dot(1, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
+                    }
+                    softmax_rows(p, t->S, mr, nk, j0, slope2, diag, lo, hi, m, l, alpha);
+                    switch (mr) { // O_i = diag(alpha) O_i + P_ij V_j
+                    case 4: pv_tile_dot(4, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
+                    case 3: pv_tile_dot(3, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
+                    case 2: pv_tile_dot(2, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
+                    default: pv_tile_dot(1, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
+                    }
+                    continue;
+                }
+#endif
                 switch (mr) { // S_ij = Q_i K_j^T
                 case 4: qk_tile(4, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
                 case 3: qk_tile(3, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
@@ -444,21 +581,29 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
     X.Dp = (p->D + FLASHC_CPU_DEC_DP_ALIGN - 1) / FLASHC_CPU_DEC_DP_ALIGN * FLASHC_CPU_DEC_DP_ALIGN;
     X.staged = p->D % W != 0;
     X.Dv = X.staged ? (p->D + W - 1) / W * W : p->D;
-    X.pair = PAIR_BF16 && !X.staged && p->dtype == FLASHC_DTYPE_BF16 && p->D % (2 * W) == 0;
+    X.mode = DOT_BF16 && !X.staged && p->dtype == FLASHC_DTYPE_BF16 && p->D % 32 == 0 ? MODE_DOT
+             : PAIR_BF16 && !X.staged && p->dtype == FLASHC_DTYPE_BF16 && p->D % (2 * W) == 0 ? MODE_PAIR
+                                                                                                : MODE_PLAIN;
     const flashc_cpu_dec_scratch *t = &X.t;
     const int64_t D = p->D, Dp = X.Dp, M = (int64_t)nh * X.RG;
     const flashc_dtype dt = p->dtype;
 
     // Alg. 1 line 6 for all rows m = (kh - kh0) RG + ii G + g (position i0 + ii, head kh G + g):
-    // Q_i * scale (* log2 e; with softcap the tanh needs natural units, log2 e comes after it)
+    // Q_i * scale (* log2 e; with softcap the tanh needs natural units, log2 e comes after it); by
+    // dot products Q_i's bf16 row as it is (in the row's first 2 Dp bytes), the scale on S_ij
     const float qmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
+    X.qmul = qmul;
     for (int64_t m = 0; m < M; m++) {
         const int64_t kh = kh0 + m / X.RG, ii = m % X.RG / X.G;
         const int h = (int)(kh * X.G + m % X.G);
         const int64_t off = flashc__row_off(p, J->q_stride, b, X.s.q_row0, i0 + ii) + h * J->q_stride[2];
         float *Q_m = t->Q + m * Dp;
-        for (int64_t d = 0; d < D; d++) Q_m[pair_pos(d, X.pair)] = flashc__load(J->q, off + d, dt) * qmul;
-        for (int64_t d = D; d < Dp; d++) Q_m[d] = 0.0f;
+        if (X.mode == MODE_DOT) {
+            memcpy(Q_m, (const uint16_t *)J->q + off, sizeof(uint16_t) * (size_t)D);
+        } else {
+            for (int64_t d = 0; d < D; d++) Q_m[pair_pos(d, X.mode)] = flashc__load(J->q, off + d, dt) * qmul;
+            for (int64_t d = D; d < Dp; d++) Q_m[d] = 0.0f;
+        }
         memset(t->O + m * Dp, 0, sizeof(float) * (size_t)Dp); // Alg. 1 line 5: O_i = 0, l_i = 0, m_i = -inf
         t->m[m] = -INFINITY;
         t->l[m] = 0.0f;
@@ -480,10 +625,11 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
         X.je = min64(uhi, X.jb + per);
     }
 
-    if (X.pair) run_blocks(&X, FLASHC_DTYPE_BF16, 1);
-    else if (X.staged || dt == FLASHC_DTYPE_F32) run_blocks(&X, FLASHC_DTYPE_F32, 0);
-    else if (dt == FLASHC_DTYPE_F16) run_blocks(&X, FLASHC_DTYPE_F16, 0);
-    else run_blocks(&X, FLASHC_DTYPE_BF16, 0);
+    if (X.mode == MODE_DOT) run_blocks(&X, FLASHC_DTYPE_BF16, MODE_DOT);
+    else if (X.mode == MODE_PAIR) run_blocks(&X, FLASHC_DTYPE_BF16, MODE_PAIR);
+    else if (X.staged || dt == FLASHC_DTYPE_F32) run_blocks(&X, FLASHC_DTYPE_F32, MODE_PLAIN);
+    else if (dt == FLASHC_DTYPE_F16) run_blocks(&X, FLASHC_DTYPE_F16, MODE_PLAIN);
+    else run_blocks(&X, FLASHC_DTYPE_BF16, MODE_PLAIN);
 
     // Alg. 1 lines 12-13: O_i / l_i and L_i = m_i + log l_i (natural log); no key: O = 0, L = +inf.
     // One split writes o and lse; several write their fp32 partials for the merge.
@@ -499,12 +645,12 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
             if (dt == FLASHC_DTYPE_F32)
                 for (int64_t d = 0; d < D; d++) ((float *)J->o)[o_off + d] = O[d] * inv_l;
             else
-                for (int64_t d = 0; d < D; d++) flashc__store(J->o, o_off + d, dt, O[pair_pos(d, X.pair)] * inv_l);
+                for (int64_t d = 0; d < D; d++) flashc__store(J->o, o_off + d, dt, O[pair_pos(d, X.mode)] * inv_l);
             if (J->lse) J->lse[flashc__lse_off(p, b, h, &X.s, i)] = L;
         } else {
             const int64_t bm = p->varlen ? 0 : b, sm = p->varlen ? X.s.q_row0 + i : i;
             float *po = J->part_o + ((((int64_t)sp * J->PB + bm) * J->PS + sm) * p->H + h) * D;
-            for (int64_t d = 0; d < D; d++) po[d] = O[pair_pos(d, X.pair)] * inv_l;
+            for (int64_t d = 0; d < D; d++) po[d] = O[pair_pos(d, X.mode)] * inv_l;
             J->part_lse[(((int64_t)sp * J->PB + bm) * p->H + h) * J->PS + sm] = L;
         }
     }
