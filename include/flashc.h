@@ -117,7 +117,9 @@ typedef enum flashc_backend {
  * element of v_j makes that element of out NaN in the rows that see key j (and may in rows of the
  * same sequence and head that do not: P = 0 times NaN in P V, as in SDPA's math path). Masked keys'
  * scores are replaced, so a NaN k_j leaves rows that do not see it unchanged. In the backward a NaN
- * row or key may spread NaN over the gradients of its tile beyond the reference's.
+ * row or key may spread NaN over the gradients of its tile beyond the reference's. Scores may be
+ * formed as q . k in fp32 before the scale multiplies them (as FlashAttention-2 does): a |q . k|
+ * beyond the fp32 range may make the row's out NaN where the reference is finite.
  */
 typedef struct flashc_attn_desc {
     int32_t      batch;        /* >= 1 (number of sequences in varlen mode) */

@@ -561,6 +561,16 @@ static void kv_sweep(flashc_ctx *ctx, const char *bname) {
     }
     c = kv_base(), c.tag = "cbi-padded", c.pad = 1, c.cbi = 1, c.snew = 2, c.dt = FLASHC_DTYPE_F32;
     run_kv(ctx, bname, &c, seed++);
+    // bf16 at head dims of 32 (mod 64): the CPU dot-product kernel's last 32 dims (its QK and PV
+    // tails), with a split, ALiBi, softcap, paging and several query positions between them
+    for (int di = 0; di < 3; di++) {
+        c = kv_base(), c.tag = di == 0 ? "D=96" : di == 1 ? "D=160" : "D=32", c.D = di == 0 ? 96 : di == 1 ? 160 : 32;
+        c.snew = 1, c.rot = 1, c.causal = 1, c.cap = 500;
+        if (di == 0) c.Sq = 4, c.splits = 3, c.alibi = 1;
+        if (di == 1) c.Sq = 2, c.softcap = 4.0f, c.page = 16, c.H = 12, c.Hkv = 4;
+        if (di == 2) c.Sq = 7, c.splits = 2, c.cbi = 1;
+        run_kv(ctx, bname, &c, seed++);
+    }
     c = kv_base(), c.tag = "D=20", c.D = 20, c.Sq = 4, c.snew = 2, c.rot = 1, c.rd = 10, c.causal = 1, c.page = 16;
     run_kv(ctx, bname, &c, seed++);
     c = kv_base(), c.tag = "D=8", c.D = 8, c.dt = FLASHC_DTYPE_F32, c.snew = 1, c.splits = 2;

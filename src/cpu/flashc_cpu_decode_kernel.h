@@ -11,8 +11,8 @@
 // the MR x 2 (or 4) vectors of O_i in registers while the keys stream. K_j and V_j are read in
 // their dtype straight from the cache (bf16 / f16 widened in registers, or bf16 by dot products:
 // MODE_DOT), never copied, except when D is not a multiple of the vector width (then an fp32 copy
-// padded with zeros). While a block
-// computes, the next one's rows are prefetched in address order (see pf_cursor).
+// padded with zeros). While a block computes, the next one's rows are prefetched in address order
+// (see pf_cursor).
 #ifndef FLASHC_ISA_NAME
 #error "define FLASHC_ISA and FLASHC_ISA_NAME before including flashc_cpu_decode_kernel.h"
 #endif
@@ -117,7 +117,8 @@ static inline int64_t pair_pos(int64_t d, int mode) {
         const int64_t g = d / (2 * W), r = d % (2 * W);
         return g * 2 * W + (r % 2 ? W + r / 2 : r / 2);
     }
-    if (mode == MODE_DOT) { // within 32 dims: unpacklo's dims 8L + i, i < 4, at 4L + i; unpackhi's at 16 + 4L + i
+    if (mode == MODE_DOT) { // within 32 dims, L < 4, i < 4: dims 8L + i (unpacklo's) at 4L + i, dims
+                            // 8L + 4 + i (unpackhi's) at 16 + 4L + i
         const int64_t g = d / 32, e = d % 32;
         return g * 32 + (e % 8 >= 4 ? 16 : 0) + e / 8 * 4 + e % 4;
     }
@@ -282,6 +283,8 @@ DEC_INLINE void qk_tile_dot(const int mr, float *restrict S, const uint16_t *res
 
 // O_r = alpha_r O_r + sum_c P2[r][c / 2] . (V_c, V_c+1) for rows r < mr over dims [d, d + 16 nch) of
 // O's dot order (nch = 2: 32 dims, 4: 64), the keys by pairs (an odd last key meets a zero row).
+// nch = 4 at every mr: 16 accumulators + 4 V pairs + a P pair fit the 32 registers, and a pair of
+// keys then feeds 16 independent dot products (the widening pv_pass keeps 8 FMA chains).
 DEC_INLINE void pv_pass_dot(const int mr, const int nch, float *restrict O, int64_t Dp, int64_t d,
                             const uint32_t (*P2)[BC / 2], const float *restrict alpha, const char *const *vp, int64_t nk,
                             pf_cursor *pc, int64_t pf_per_key) {
@@ -322,7 +325,8 @@ DEC_INLINE void pv_tile_dot(const int mr, float *restrict O, int64_t Dp, const f
                             const float *restrict alpha, const char *const *vp, int64_t nk, int64_t D, pf_cursor *pc,
                             int64_t pf_per_key) {
     // P_ij by pairs of keys, rounded to bf16: word w of row r holds keys 2w (low half) and 2w + 1.
-    // P's columns [nk, 16 or 32) are 0 (softmax_rows pads to a whole vector); past 16 unwritten.
+    // P's columns [nk, 16 or 32) are 0 (softmax_rows pads to a whole vector); when nk <= 16 those
+    // past 16 are not written this block, so the second vector is 0 instead.
     uint32_t P2[MR][BC / 2];
     DEC_UNROLL for (int r = 0; r < MR; r++) {
         if (r < mr) {
@@ -581,7 +585,8 @@ void FLASHC_ISA_NAME(flashc__cpu_dec_item)(const flashc_cpu_dec_job *J, int b, i
     X.Dp = (p->D + FLASHC_CPU_DEC_DP_ALIGN - 1) / FLASHC_CPU_DEC_DP_ALIGN * FLASHC_CPU_DEC_DP_ALIGN;
     X.staged = p->D % W != 0;
     X.Dv = X.staged ? (p->D + W - 1) / W * W : p->D;
-    X.mode = DOT_BF16 && !X.staged && p->dtype == FLASHC_DTYPE_BF16 && p->D % 32 == 0 ? MODE_DOT
+    // (on AVX-512 every bf16 D that pairs also dots: MODE_PAIR is AVX2's)
+    X.mode = DOT_BF16 && p->dtype == FLASHC_DTYPE_BF16 && p->D % 32 == 0 ? MODE_DOT
              : PAIR_BF16 && !X.staged && p->dtype == FLASHC_DTYPE_BF16 && p->D % (2 * W) == 0 ? MODE_PAIR
                                                                                                 : MODE_PLAIN;
     const flashc_cpu_dec_scratch *t = &X.t;
