@@ -18,12 +18,12 @@
 #                                      wavefronts of the D = 128 S = 4096 backward for main and each,
 #                                      then readbw KV_EVEN=1 (batch 16's decode loads on 128 per-head
 #                                      CTAs vs spread over every SM: NOTES session 37; H200 unmeasured)
-# The kernel patches of session 37 touch the backward only; a patch for the forward needs its own
-# ab line (ab.py without --bwd).
+# ab times the backward (ab.py --bwd): a patch for the forward needs its own line (ab.py without
+# --bwd).
 set -eu
 cd "$(dirname "$0")/../.."
 name_of() { basename "$1" .patch | sed 's/^[0-9]*-//'; } # 0013-bwd-dq-sw32.patch -> bwd-dq-sw32
-names() { for p in dev/cuda/patches/0*.patch; do name_of "$p"; done; }
+names() { for p in dev/cuda/patches/0*.patch; do [ -e "$p" ] && name_of "$p"; done; }
 out=${OUT:-/tmp/pending-out}
 mkdir -p "$out"
 
@@ -38,6 +38,7 @@ pack)
     rm -rf build-gpu/pack build-gpu/carry
     sh dev/cuda/carry.sh add main
     for p in dev/cuda/patches/0*.patch; do
+        [ -e "$p" ] || continue # no patch pending: main alone
         n=$(name_of "$p")
         tree=/tmp/pending/$n
         [ -d "$tree" ] && git worktree remove --force "$tree"

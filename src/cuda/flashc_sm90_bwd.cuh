@@ -644,7 +644,9 @@ __global__ void __launch_bounds__(128 * (2 + WS), 1)
                 // 4, two lanes' 8 bytes on each bank used (4 wavefronts; ncu, H100, D = 128 S = 4096:
                 // 32.4M excess shared wavefronts, 9% of all; NOTES session 37). dQ is permuted in place
                 // by two conditional swaps (bit ops) so that every register index stays constant.
-                const int jo = (g & 3) ^ ((g >> 1) & 1); // (not h: that is the head, read below)
+                // D = 64 keeps every lane on block j (jo = 0 folds the swaps away): the swaps cost it
+                // 1-3% on an H100 (NOTES session 39) where D = 128 gained 1-3%
+                const int jo = D == 128 ? (g & 3) ^ ((g >> 1) & 1) : 0; // (not h: that is the head, read below)
 #pragma unroll
                 for (int bit = 1; bit <= 2; bit <<= 1) {
                     const uint32_t m = (jo & bit) ? 0xffffffffu : 0u; // a swap by bit ops (LOP3), not predicates
