@@ -20,11 +20,16 @@ def run(exe, args, env):
     res = {}
     for line in out.splitlines():
         f = line.split()
-        # batch sq kv layout(1 or 2 words) ms min GB/s read %read [x contig] load
-        if len(f) >= 9 and f[0].isdigit() and f[1].isdigit() and f[2].isdigit():
-            lay = f[3] if f[3] == "contig" else f[3] + " " + f[4]
-            rest = f[4:] if f[3] == "contig" else f[5:]
-            res[(int(f[0]), int(f[1]), int(f[2]), lay)] = float(rest[2])
+        # batch sq kv [layout: "contig" or "page N"; none before --page] ms min GB/s read %read ...
+        if len(f) < 8 or not (f[0].isdigit() and f[1].isdigit() and f[2].isdigit()) or "skipped:" in f:
+            continue
+        if f[3] == "contig":
+            lay, rest = "contig", f[4:]
+        elif f[3] == "page":
+            lay, rest = "page " + f[4], f[5:]
+        else:  # a bench built before --page: contiguous only
+            lay, rest = "contig", f[3:]
+        res[(int(f[0]), int(f[1]), int(f[2]), lay)] = float(rest[2])
     return res
 
 
