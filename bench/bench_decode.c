@@ -209,10 +209,19 @@ static void *pool_alloc(size_t bytes, int huge) {
 }
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) { return g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull; }
 static uint16_t rand_bf16(void) { // a normal-ish value in [-2, 2), as bf16
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    float x = (float)((int32_t)(g_rng >> 32)) * (2.0f / 2147483648.0f);
+    float x = (float)((int32_t)(rng_next() >> 32)) * (2.0f / 2147483648.0f);
     return flashc__f32_to_bf16(x);
+}
+
+// a[i] = a random permutation of 0 .. n - 1 (Fisher-Yates): page numbers as an allocator leaves them
+static void shuffled_iota(int32_t *a, int n) {
+    for (int i = 0; i < n; i++) a[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        const int j = (int)((rng_next() >> 33) % (uint64_t)(i + 1)), x = a[i];
+        a[i] = a[j], a[j] = x;
+    }
 }
 
 // One small case (append + rotary + GQA + cache_batch_idx) on the cpu backend against the
@@ -320,12 +329,7 @@ static int check_paged(int threads, int P) {
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_pages), cl[2] = {1000, 517};
     for (size_t e = 0; e < n_pages * page; e++) k[e] = rand_bf16(), v[e] = rand_bf16();
     for (size_t e = 0; e < nq; e++) q[e] = rand_bf16();
-    for (int i = 0; i < n_pages; i++) bt[i] = i;
-    for (int i = n_pages - 1; i > 0; i--) { // Fisher-Yates
-        g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-        const int j = (int)((g_rng >> 33) % (uint64_t)(i + 1)), x = bt[i];
-        bt[i] = bt[j], bt[j] = x;
-    }
+    shuffled_iota(bt, n_pages);
     flashc_attn_desc d = {0};
     d.batch = B, d.seqlen_q = Sq, d.seqlen_k = pps * P, d.heads = H_Q, d.heads_kv = H_KV, d.head_dim = HD;
     d.dtype = FLASHC_DTYPE_BF16, d.causal = 1;
@@ -434,12 +438,7 @@ int main(int argc, char **argv) {
                     if (P) { // the pools as (num_pages, P, H_KV, HD); a call's table: its slots' pages, shuffled
                         const int n = B * pps;
                         perm[l] = malloc(sizeof(int32_t) * (size_t)n), bt[l] = malloc(sizeof(int32_t) * (size_t)n);
-                        for (int i = 0; i < n; i++) perm[l][i] = i;
-                        for (int i = n - 1; i > 0; i--) { // Fisher-Yates
-                            g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-                            const int j = (int)((g_rng >> 33) % (uint64_t)(i + 1)), x = perm[l][i];
-                            perm[l][i] = perm[l][j], perm[l][j] = x;
-                        }
+                        shuffled_iota(perm[l], n);
                         memcpy(bt[l], perm[l], sizeof(int32_t) * (size_t)n); // (group 0: the size query reads it)
                         d[l].block_table = bt[l], d[l].block_table_stride = pps, d[l].page_size = P;
                         d[l].num_pages = (int32_t)(need / 2 / ((size_t)P * H_KV * HD));

@@ -14,7 +14,10 @@ import subprocess
 import sys
 
 
-def main():
+def interleaved(run_one):
+    """The A/B driver this script and ab_decode.py share: --a, --b, --rounds, BENCH_ARGS after "--";
+    OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset; the order alternates every round. run_one(exe,
+    bench_args, env) returns {key: value} for one run. Returns {key: [values]} for A and for B."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--a", required=True)
     ap.add_argument("--b", required=True)
@@ -25,18 +28,29 @@ def main():
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)
     env.pop("OPENBLAS_L2_SIZE", None)
-    res = {}
+    res = {"a": {}, "b": {}}
     for r in range(args.rounds):
         for name in ("a", "b") if r % 2 == 0 else ("b", "a"):
-            cmd = [getattr(args, name), "--backend", "cpu", "--no-check", "--no-peers", "--repeats", "3", "--budget", "0.4"]
-            out = subprocess.run(cmd + extra, capture_output=True, text=True, env=env, check=True).stdout
-            for line in out.splitlines():
-                f = line.split()
-                if f and f[0] in ("fwd", "bwd") and "|" in f:  # keyed by the whole row's label: one shape each
-                    key = " ".join(f[:f.index("|")])
-                    res.setdefault((key, name), []).append(float(f[f.index("|") + 3]))  # GFLOP/s
-    for key in dict.fromkeys(k for k, _ in res):
-        a, b = res[(key, "a")], res.get((key, "b"), [])
+            for key, value in run_one(getattr(args, name), extra, env).items():
+                res[name].setdefault(key, []).append(value)
+    return res["a"], res["b"]
+
+
+def run_bench(exe, extra, env):
+    cmd = [exe, "--backend", "cpu", "--no-check", "--no-peers", "--repeats", "3", "--budget", "0.4"]
+    out = subprocess.run(cmd + extra, capture_output=True, text=True, env=env, check=True).stdout
+    res = {}
+    for line in out.splitlines():
+        f = line.split()
+        if f and f[0] in ("fwd", "bwd") and "|" in f:  # keyed by the whole row's label: one shape each
+            res[" ".join(f[:f.index("|")])] = float(f[f.index("|") + 3])  # GFLOP/s
+    return res
+
+
+def main():
+    res_a, res_b = interleaved(run_bench)
+    for key in res_a:
+        a, b = res_a[key], res_b.get(key, [])
         if not b:
             continue
         ma, mb = statistics.median(a), statistics.median(b)

@@ -9,10 +9,10 @@ Usage: python3 dev/cpu/ab_decode.py --a OLD/flashc-bench-decode --b NEW/flashc-b
 (build A from a worktree of the base commit: the bench source may be either side's.)
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for the runs, as for any benchmark here.
 """
-import argparse
-import os
 import statistics
 import subprocess
+
+from ab import interleaved  # the shared driver (this folder is on sys.path when run as a script)
 
 
 def run(exe, args, env):
@@ -34,24 +34,10 @@ def run(exe, args, env):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--a", required=True)
-    ap.add_argument("--b", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("bench_args", nargs=argparse.REMAINDER)
-    args = ap.parse_args()
-    extra = [x for x in args.bench_args if x != "--"]
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
-    env.pop("OPENBLAS_L2_SIZE", None)
-    res = {"a": {}, "b": {}}
-    for r in range(args.rounds):
-        for name in ("a", "b") if r % 2 == 0 else ("b", "a"):
-            for key, gbps in run(getattr(args, name), extra, env).items():
-                res[name].setdefault(key, []).append(gbps)
+    res_a, res_b = interleaved(run)
     print(f"{'batch':>5} {'sq':>3} {'kv':>6} {'layout':>8} | {'A GB/s':>7} {'range':>13} | {'B GB/s':>7} {'range':>13} | B / A")
-    for key in sorted(res["a"]):
-        a, b = res["a"][key], res["b"].get(key, [])
+    for key in sorted(res_a):
+        a, b = res_a[key], res_b.get(key, [])
         if not b:
             continue
         ma, mb = statistics.median(a), statistics.median(b)

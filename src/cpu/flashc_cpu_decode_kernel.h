@@ -342,6 +342,34 @@ DEC_INLINE void pv_tile_dot(const int mr, float *restrict O, int64_t Dp, const f
 #define DOT_BF16 0
 #endif
 
+// One row tile's S_ij = Q_i K_j^T and O_i = diag(alpha) O_i + P_ij V_j in the item's mode (mr, dt and
+// mode are constants at every call). By dot products Q holds bf16 rows (2 Dp of them a row) and
+// qmul scales S_ij; otherwise Q_i carries the scale.
+DEC_INLINE void tile_qk(const int mr, const flashc_dtype dt, const int mode, float *restrict S, const float *restrict Q,
+                        int64_t Dp, const char *const *kp, int64_t nk, int64_t Dv, float qmul, pf_cursor *pc,
+                        int64_t pf_per_key) {
+#if DOT_BF16
+    if (mode == MODE_DOT) {
+        qk_tile_dot(mr, S, (const uint16_t *)Q, 2 * Dp, kp, nk, Dv, qmul, pc, pf_per_key);
+        return;
+    }
+#endif
+    (void)qmul;
+    qk_tile(mr, dt, mode == MODE_PAIR, S, Q, Dp, kp, nk, Dv, pc, pf_per_key);
+}
+
+DEC_INLINE void tile_pv(const int mr, const flashc_dtype dt, const int mode, float *restrict O, int64_t Dp,
+                        const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
+                        int64_t Dv, pf_cursor *pc, int64_t pf_per_key) {
+#if DOT_BF16
+    if (mode == MODE_DOT) {
+        pv_tile_dot(mr, O, Dp, P, alpha, vp, nk, Dv, pc, pf_per_key);
+        return;
+    }
+#endif
+    pv_tile(mr, dt, mode == MODE_PAIR, O, Dp, P, alpha, vp, nk, Dv, pc, pf_per_key);
+}
+
 // ------------------------------------------------------------------------------------------------
 // the online softmax of one row tile over one key block (Alg. 1 lines 9-10, log2 units)
 
@@ -460,7 +488,6 @@ static int64_t pf_segments(const flashc_problem *p, const char *base, int64_t hs
 // The key blocks of [jb, je) for every kv head of the item (dt: the dtype the microkernels read,
 // fp32 when staged; mode: how they read bf16).
 DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int mode) {
-    const int pair = mode == MODE_PAIR;
     const flashc_cpu_dec_job *J = X->J;
     const flashc_problem *p = X->p;
     const flashc_cpu_dec_scratch *t = &X->t;
@@ -525,37 +552,19 @@ DEC_INLINE void run_blocks(const dec_ctx *X, const flashc_dtype dt, const int mo
                 float *Q = t->Q + (m0 + r0) * Dp, *O = t->O + (m0 + r0) * Dp;
                 float *m = t->m + m0 + r0, *l = t->l + m0 + r0, *alpha = t->alpha + m0 + r0;
                 pf_cursor *kpc = r0 == 0 && k_lines ? &kc : NULL, *vpc = r0 == 0 && v_lines ? &vc : NULL;
-#if DOT_BF16
-                if (mode == MODE_DOT) {
-                    const uint16_t *Q2 = (const uint16_t *)Q;
-                    switch (mr) { // S_ij = Q_i K_j^T
-                    case 4: qk_tile_dot(4, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
-                    case 3: qk_tile_dot(3, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
-                    case 2: qk_tile_dot(2, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
-                    default: qk_tile_dot(1, t->S, Q2, 2 * Dp, t->kp, nk, p->D, X->qmul, kpc, k_per_key); break;
-                    }
-                    softmax_rows(p, t->S, mr, nk, j0, slope2, diag, lo, hi, m, l, alpha);
-                    switch (mr) { // O_i = diag(alpha) O_i + P_ij V_j
-                    case 4: pv_tile_dot(4, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
-                    case 3: pv_tile_dot(3, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
-                    case 2: pv_tile_dot(2, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
-                    default: pv_tile_dot(1, O, Dp, t->S, alpha, t->vp, nk, p->D, vpc, v_per_key); break;
-                    }
-                    continue;
-                }
-#endif
+                const float qmul = X->qmul;
                 switch (mr) { // S_ij = Q_i K_j^T
-                case 4: qk_tile(4, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
-                case 3: qk_tile(3, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
-                case 2: qk_tile(2, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
-                default: qk_tile(1, dt, pair, t->S, Q, Dp, t->kp, nk, Dv, kpc, k_per_key); break;
+                case 4: tile_qk(4, dt, mode, t->S, Q, Dp, t->kp, nk, Dv, qmul, kpc, k_per_key); break;
+                case 3: tile_qk(3, dt, mode, t->S, Q, Dp, t->kp, nk, Dv, qmul, kpc, k_per_key); break;
+                case 2: tile_qk(2, dt, mode, t->S, Q, Dp, t->kp, nk, Dv, qmul, kpc, k_per_key); break;
+                default: tile_qk(1, dt, mode, t->S, Q, Dp, t->kp, nk, Dv, qmul, kpc, k_per_key); break;
                 }
                 softmax_rows(p, t->S, mr, nk, j0, slope2, diag, lo, hi, m, l, alpha);
                 switch (mr) { // O_i = diag(alpha) O_i + P_ij V_j
-                case 4: pv_tile(4, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
-                case 3: pv_tile(3, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
-                case 2: pv_tile(2, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
-                default: pv_tile(1, dt, pair, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                case 4: tile_pv(4, dt, mode, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                case 3: tile_pv(3, dt, mode, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                case 2: tile_pv(2, dt, mode, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
+                default: tile_pv(1, dt, mode, O, Dp, t->S, alpha, t->vp, nk, Dv, vpc, v_per_key); break;
                 }
             }
         }
