@@ -12,6 +12,9 @@
 #   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
 #                                      --fuzz 300, racecheck and memcheck over the bf16 backward
 #   sh dev/cuda/pending.sh main        main's tests side by side (a short form of gpu.sh test)
+#   sh dev/cuda/pending.sh sweeps      gpu.sh test's other runs of main side by side: test_flashc at
+#                                      3 CTAs, at 7 with split tiles, with FLASHC_CUDA_SM90=0, and
+#                                      test_flashc / test_kvcache --fuzz (FUZZ_SEED, default clock)
 #   (RUN_TIMEOUT=S: each test run of check / main, default 480 s)
 #   sh dev/cuda/pending.sh ab [NAME..] one-process A/B of each NAME against main, backward, D 128
 #                                      and 64, S 512-16k (dev/cuda/ab.py --bwd), then ncu's shared
@@ -73,6 +76,17 @@ main)
     run "test_bad_input" main-bad.log "$t/test_bad_input" &
     wait
     ;;
+sweeps)
+    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    t=/tmp/x/main n=main seed=${FUZZ_SEED:-$(( $(date +%s) % 100000 ))}
+    run "test_flashc, 3 CTAs" sw-ctas3.log env FLASHC_CUDA_CTAS=3 "$t/test_flashc" --backend cuda &
+    run "test_flashc, 7 CTAs, split tiles" sw-split.log env FLASHC_CUDA_CTAS=7 FLASHC_CUDA_SPLIT_KEYS=0 \
+        "$t/test_flashc" --backend cuda &
+    run "test_flashc, SM90=0" sw-mma.log env FLASHC_CUDA_SM90=0 "$t/test_flashc" --backend cuda &
+    run "test_flashc --fuzz 500 --seed $seed" sw-fuzz.log "$t/test_flashc" --backend cuda --fuzz 500 --seed "$seed" &
+    run "test_kvcache --fuzz 200 --seed $seed" sw-kvfuzz.log "$t/test_kvcache" --backend cuda --fuzz 200 --seed "$seed" &
+    wait
+    ;;
 ab)
     shift
     [ $# -gt 0 ] || set -- $(names)
@@ -92,7 +106,7 @@ ab)
     if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
     ;;
 *)
-    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | ab [NAME..]" >&2
+    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..]" >&2
     exit 2
     ;;
 esac
