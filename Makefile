@@ -6,7 +6,7 @@
 #   make install    PREFIX=/usr/local: header, libraries, pkg-config file
 #
 # Sources are picked up by wildcard: src/*.c src/ref/*.c src/cpu/*.c and src/cuda/**/*.cu.
-# Files named *_avx512.c / *_avx2.c get their ISA flags; the library picks one at run time.
+# Files named *_amx.c / *_avx512.c / *_avx2.c get their ISA flags; the library picks one at run time.
 
 CC      ?= cc
 VERSION := $(shell awk '/define FLASHC_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%s", s, $$3; s="."}' include/flashc.h)
@@ -26,6 +26,7 @@ LDLIBS      = -lm -lpthread
 
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
+AMX_FLAGS    = $(AVX512_FLAGS) -mamx-tile -mamx-bf16
 
 C_SRCS  = $(wildcard src/*.c src/ref/*.c src/cpu/*.c)
 C_OBJS  = $(patsubst %.c,$(BUILD)/%.o,$(C_SRCS))
@@ -62,6 +63,10 @@ $(MODE_STAMP):
 $(BUILD)/%_avx512.o: %_avx512.c $(HDRS) $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%_amx.o: %_amx.c $(HDRS) $(MODE_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AMX_FLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/%_avx2.o: %_avx2.c $(HDRS) $(MODE_STAMP)
 	@mkdir -p $(dir $@)

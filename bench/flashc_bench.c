@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "flashc.h"
 #include "flashc_internal.h"
+#include "cpu/flashc_cpu.h" // flashc__cpu_isa
 #include "bench_util.h"
 
 #include <ctype.h>
@@ -858,6 +859,41 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_loop_avx512bf16(i
     for (int u = 1; u < 16; u++) s = _mm512_add_ps(s, a[u]);
     return _mm512_reduce_add_ps(s);
 }
+
+// The AMX ceiling, for bf16 runs on the amx kernels: four 16 x 16 fp32 tiles each taking a 16 x 32
+// by 32 x 16 bf16 product (TDPBF16PS, 16 x 16 x 32 multiply-adds) per iteration, the instruction
+// flashc's AMX forward runs its two products on. (The library has asked Linux for the tile state.)
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+__attribute__((target("amx-tile,amx-bf16"))) static float amx_loop(int64_t iters) {
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    static const uint16_t one[16 * 32] = {0}; // (zeros: the tiles do not look at the values)
+    float out[16 * 16];
+    _tile_loadconfig(&c);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, one, 64);
+    _tile_loadd(5, one, 64);
+    _tile_loadd(6, one, 64);
+    _tile_loadd(7, one, 64);
+    for (int64_t i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0];
+}
 #endif
 
 // Portable fallback: 8 independent scalar multiply-add chains (counted as 2 flops each).
@@ -871,7 +907,7 @@ static float fma_loop_scalar(int64_t iters) {
 }
 
 typedef struct fma_job {
-    int isa; // 0 scalar, 1 avx2, 2 avx512, 3 avx512 bf16 dot products
+    int isa; // 0 scalar, 1 avx2, 2 avx512, 3 avx512 bf16 dot products, 4 amx bf16 tiles
     int64_t iters;
     pthread_barrier_t *bar;
     volatile float sink;
@@ -881,7 +917,8 @@ static void *fma_worker(void *arg) {
     fma_job *j = arg;
     pthread_barrier_wait(j->bar);
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (j->isa == 3) j->sink = dot_loop_avx512bf16(j->iters);
+    if (j->isa == 4) j->sink = amx_loop(j->iters);
+    else if (j->isa == 3) j->sink = dot_loop_avx512bf16(j->iters);
     else if (j->isa == 2) j->sink = fma_loop_avx512(j->iters);
     else if (j->isa == 1) j->sink = fma_loop_avx2(j->iters);
     else
@@ -891,7 +928,7 @@ static void *fma_worker(void *arg) {
 }
 
 static double fma_flops_per_iter(int isa) {
-    return isa == 3 ? 4.0 * 16 * 16 : isa == 2 ? 2.0 * 16 * 16 : isa == 1 ? 2.0 * 8 * 12 : 2.0 * 8;
+    return isa == 4 ? 4.0 * 2 * 16 * 16 * 32 : isa == 3 ? 4.0 * 16 * 16 : isa == 2 ? 2.0 * 16 * 16 : isa == 1 ? 2.0 * 8 * 12 : 2.0 * 8;
 }
 
 // One timed run of the FMA loop on nth threads; returns GFLOP/s.
@@ -925,7 +962,7 @@ typedef struct fma_ceiling {
 
 // dot = 0: the fp32 FMA ceiling (the best of the vector widths this CPU has); dot = 1: the bf16
 // dot-product ceiling (vdpbf16ps, which flashc's bf16 products use where the CPU has AVX-512 BF16),
-// gflops 0 where there is none
+// gflops 0 where there is none; dot = 2: the AMX tile ceiling (only asked for on the amx kernels)
 static fma_ceiling measure_fma(int nth, int dot) {
     if (nth > 64) nth = 64;
     int isas[4], n = 0;
@@ -933,10 +970,11 @@ static fma_ceiling measure_fma(int nth, int dot) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!dot && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas[n++] = 1;
     if (!dot && __builtin_cpu_supports("avx512f")) isas[n++] = 2;
-    if (dot && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) isas[n++] = 3;
+    if (dot == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) isas[n++] = 3;
+    if (dot == 2) isas[n++] = 4;
 #endif
     if (dot && n == 1) return (fma_ceiling){0, "none"};
-    static const char *isa_names[4] = {"scalar", "avx2+fma", "avx512f", "avx512bf16 dot"};
+    static const char *isa_names[5] = {"scalar", "avx2+fma", "avx512f", "avx512bf16 dot", "amx bf16 tiles"};
     fma_ceiling best = {0, "none"};
     for (int k = n > 1 ? 1 : 0; k < n; k++) { // scalar only when nothing wider exists
         int isa = isas[k];
@@ -976,8 +1014,16 @@ typedef struct run_info {
     int checked;       // 1 passed, 0 skipped
     fma_ceiling fma;   // fp32 FMA
     fma_ceiling dot;   // bf16 dot products (bf16 runs on a CPU with AVX-512 BF16), else gflops 0
+    fma_ceiling amx;   // AMX tiles (bf16 runs on the amx kernels: their forward), else gflops 0
     double load0, load1; // 1-minute load average at the start and at the end of the run
 } run_info;
+
+// The ceiling a row's %fma is against: AMX tiles for a bf16 forward the amx kernels run on tiles,
+// bf16 dot products for other bf16 rows where measured, else fp32 FMAs
+static const fma_ceiling *row_ceiling(const run_info *ri, const result *x) {
+    if (ri->amx.gflops > 0 && !x->bwd && x->s.D % 32 == 0) return &ri->amx;
+    return ri->dot.gflops > 0 ? &ri->dot : &ri->fma;
+}
 
 static void json_line_common(FILE *f, const char *impl, const run_info *ri, const char *backend, const char *dtype) {
     fprintf(f, "{\"impl\": ");
@@ -1266,7 +1312,9 @@ int main(int argc, char **argv) {
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", localtime(&now));
     printf("flashc-bench %s  %s\n", flashc_version_string(), date);
-    printf("backend %s (%s), dtype %s, device: %s", ri.backend, ctx->ops->name, dtype_name(t), ri.device);
+    const char *isa = is_cuda ? NULL : flashc__cpu_isa(ctx);
+    printf("backend %s (%s%s%s), dtype %s, device: %s", ri.backend, ctx->ops->name, isa ? ", kernels " : "", isa ? isa : "",
+           dtype_name(t), ri.device);
     if (!is_cuda) printf(", %d thread%s, %ld online cores", nth, nth == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN));
     ri.load0 = loadavg1();
     printf("\nload average (1 min) at start: %.2f\n", ri.load0);
@@ -1337,12 +1385,15 @@ int main(int argc, char **argv) {
 
     // (b) the ceiling, then the shapes, then the ceiling again: on a shared machine the two differ,
     // and the difference says how much the load moved during the run. The higher one is the ceiling.
-    fma_ceiling fma0 = {0, "none"}, fma1 = {0, "none"}, dot0 = {0, "none"}, dot1 = {0, "none"};
+    fma_ceiling fma0 = {0, "none"}, fma1 = {0, "none"}, dot0 = {0, "none"}, dot1 = {0, "none"}, amx0 = {0, "none"},
+                amx1 = {0, "none"};
     const int with_dot = peers && !is_cuda && t == FLASHC_DTYPE_BF16;
+    const int with_amx = with_dot && !strcmp(isa, "amx");
     if (peers && !is_cuda) {
         fprintf(stderr, "fma ceiling on %d threads ... ", nth);
         fma0 = measure_fma(nth, 0);
         if (with_dot) dot0 = measure_fma(nth, 1);
+        if (with_amx) amx0 = measure_fma(nth, 2);
         fprintf(stderr, "%.1f GFLOP/s (%s)%s\n", fma0.gflops, fma0.isa, dot0.gflops > 0 ? ", bf16 dot products too" : "");
     }
     result *res = calloc((size_t)su.n * 2, sizeof *res);
@@ -1354,15 +1405,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fma ceiling again ... ");
         fma1 = measure_fma(nth, 0);
         if (with_dot) dot1 = measure_fma(nth, 1);
+        if (with_amx) amx1 = measure_fma(nth, 2);
         fprintf(stderr, "%.1f GFLOP/s (%s)\n", fma1.gflops, fma1.isa);
         ri.fma = fma1.gflops > fma0.gflops ? fma1 : fma0;
         ri.dot = dot1.gflops > dot0.gflops ? dot1 : dot0;
+        ri.amx = amx1.gflops > amx0.gflops ? amx1 : amx0;
         printf("fma_ceiling: %.1f GFLOP/s fp32 on %d threads (%s loop; %.1f before the shapes, %.1f after)\n",
                ri.fma.gflops, nth, ri.fma.isa, fma0.gflops, fma1.gflops);
         if (ri.dot.gflops > 0)
             printf("bf16 dot ceiling: %.1f GFLOP/s on %d threads (%.1f before, %.1f after); %%fma of a bf16 row is "
                    "against it (flashc's bf16 forward and backward use these products here)\n",
                    ri.dot.gflops, nth, dot0.gflops, dot1.gflops);
+        if (ri.amx.gflops > 0)
+            printf("amx ceiling: %.1f GFLOP/s on %d threads (%.1f before, %.1f after); %%fma of a bf16 forward row with "
+                   "head_dim %% 32 == 0 is against it (the amx kernels' forward runs on these tiles)\n",
+                   ri.amx.gflops, nth, amx0.gflops, amx1.gflops);
     }
 
     // table
@@ -1386,7 +1443,7 @@ int main(int argc, char **argv) {
                s->Sq, s->Sk, s->D, s->causal ? "yes" : "no", x->fl.med_ms, range,
                fl / (x->fl.med_ms * 1e-3) * unit_scale);
         if (show_fma)
-            printf(" %5.1f%%", 100.0 * fl / (x->fl.med_ms * 1e-3) * 1e-9 / (ri.dot.gflops > 0 ? ri.dot : ri.fma).gflops);
+            printf(" %5.1f%%", 100.0 * fl / (x->fl.med_ms * 1e-3) * 1e-9 / row_ceiling(&ri, x)->gflops);
         if (is_cuda) printf(" %9.1f", x->ws_mib);
         else if (x->fl.mem_mib >= 0) printf(" %9.1f", x->fl.mem_mib);
         else printf(" %9s", "n/a");
@@ -1417,6 +1474,10 @@ int main(int argc, char **argv) {
             lines++;
             if (ri.dot.gflops > 0) { // (dtype bf16: the same impl name, told apart by it)
                 json_ceiling(f, &ri, "bf16", &ri.dot, dot0.gflops, dot1.gflops);
+                lines++;
+            }
+            if (ri.amx.gflops > 0) { // (told apart by its "isa")
+                json_ceiling(f, &ri, "bf16", &ri.amx, amx0.gflops, amx1.gflops);
                 lines++;
             }
         }

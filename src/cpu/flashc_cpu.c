@@ -10,6 +10,7 @@
 // gives every key block to a fixed dQ "part" (block j to part j mod n_parts), an fp32 partial dQ
 // summed with the others in part order at the end, so results are bit-identical from run to run
 // whatever thread runs what (they may differ between contexts with different thread counts).
+#define _DEFAULT_SOURCE 1 // syscall (amx_usable), beside the build's _POSIX_C_SOURCE
 #include "flashc_cpu.h"
 #include "flashc_cpu_decode.h"
 #include "flashc_threads.h"
@@ -17,6 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 typedef struct cpu_state {
     flashc_pool *pool;
@@ -52,7 +58,21 @@ static int fwd_by_decode(const cpu_state *st, const flashc_problem *p) { return 
 // ------------------------------------------------------------------------------------------------
 // init / fini: pick the kernels, start the pool
 
-// FLASHC_CPU_ISA = scalar | avx2 | avx512 forces a level (an error if this CPU lacks it).
+// AMX-BF16 and AMX-TILE (CPUID.(7,0):EDX bits 22, 24), and Linux's leave for this process to use
+// the tile data (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18; Linux 5.16 on): asked
+// once, process-wide, as oneDNN does. Linux refuses it (so flashc stays on avx512) where a thread
+// has an alternate signal stack too small for the larger signal frame the tile state needs.
+static int amx_usable(void) {
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+// FLASHC_CPU_ISA = scalar | avx2 | avx512 | amx forces a level (an error if this CPU lacks it).
 // Otherwise the best level this CPU has: AVX-512 F/BW/DQ/VL/BF16, else AVX2+FMA (F16C comes with
 // every AVX2 CPU), else scalar. (AVX-512 was opt-in until it ran on AVX-512 hardware: session 24's
 // machine, an AMD EPYC with AVX-512 BF16, where every test passes at every level and, beside AVX2
@@ -69,7 +89,9 @@ static flashc_status pick_kernels(flashc_ctx *ctx, const flashc_cpu_kernels **ou
 #endif
     const char *env = getenv("FLASHC_CPU_ISA");
     if (!env || !*env) {
-        *out = has_avx512 ? &flashc__cpu_kernels_avx512 : has_avx2 ? &flashc__cpu_kernels_avx2 : &flashc__cpu_kernels_scalar;
+        *out = has_avx512 ? (amx_usable() ? &flashc__cpu_kernels_amx : &flashc__cpu_kernels_avx512)
+               : has_avx2 ? &flashc__cpu_kernels_avx2
+                          : &flashc__cpu_kernels_scalar;
         return FLASHC_OK;
     }
     if (!strcmp(env, "scalar")) {
@@ -82,8 +104,13 @@ static flashc_status pick_kernels(flashc_ctx *ctx, const flashc_cpu_kernels **ou
             return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
                                 "FLASHC_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/DQ/VL/BF16");
         *out = &flashc__cpu_kernels_avx512;
+    } else if (!strcmp(env, "amx")) {
+        if (!has_avx512 || !amx_usable())
+            return flashc__fail(ctx, FLASHC_ERR_UNSUPPORTED,
+                                "FLASHC_CPU_ISA=amx: this CPU lacks AVX-512 BF16 or AMX-BF16, or Linux did not grant the tile state");
+        *out = &flashc__cpu_kernels_amx;
     } else {
-        return flashc__fail(ctx, FLASHC_ERR_INVALID_ARG, "FLASHC_CPU_ISA=%s: expected scalar, avx2 or avx512", env);
+        return flashc__fail(ctx, FLASHC_ERR_INVALID_ARG, "FLASHC_CPU_ISA=%s: expected scalar, avx2, avx512 or amx", env);
     }
     return FLASHC_OK;
 }
@@ -131,7 +158,7 @@ static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
 //             and the thread's key block cache of kv_slots slots
 // At D = 128: 257 KiB a thread plus 72 KiB per cache slot, one slot per 64 keys of seqlen_k up to
 // 32 MiB for all threads together (4.8 MiB a thread at seqlen 4096): O(seqlen_k), bounded; one
-// slot where the bf16 dot products run.
+// slot where the bf16 dot products run (but on AMX).
 // blk_off scales with the batch.
 
 typedef struct fwd_layout {
@@ -146,9 +173,10 @@ static fwd_layout fwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     size_t off = 0;
     L.blk_off = flashc__cpu_take(ws, &off, sizeof(int64_t) * ((size_t)p->B + 1));
     // (the bf16 dot path copies the rows each query block sees and keeps no key block cache:
-    // one slot, unused, keeps the scratch's layout)
+    // one slot, unused, keeps the scratch's layout; on AMX it caches the tiles' K_j and V_j^T)
     const cpu_state *st = ctx->priv;
-    L.kv_slots = st->k->bf16_dot && flashc__cpu_bf16_dot(p) ? 1 : flashc__cpu_fwd_kv_slots(p, ctx->n_threads);
+    const int no_cache = st->k->bf16_dot && flashc__cpu_bf16_dot(p) && !(st->k->amx && flashc__cpu_amx_fwd(p));
+    L.kv_slots = no_cache ? 1 : flashc__cpu_fwd_kv_slots(p, ctx->n_threads);
     L.slice = flashc__cpu_fwd_carve(p, L.kv_slots, NULL, NULL);
     L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
     L.total = off;
@@ -449,6 +477,8 @@ static flashc_status cpu_fwd_kvcache(flashc_ctx *ctx, const flashc_problem *p, c
     }
     return cpu_fwd(ctx, &pq, &f);
 }
+
+const char *flashc__cpu_isa(const flashc_ctx *ctx) { return ((const cpu_state *)ctx->priv)->k->isa; }
 
 const flashc_backend_ops flashc__cpu_ops = {
     .name = "cpu",

@@ -1,6 +1,6 @@
 // flashc_cpu.h -- private to the CPU backend: tile sizes, the per-ISA kernel table, and what the
 // driver (flashc_cpu.c) hands to one kernel call. The kernels themselves are written once, in
-// flashc_cpu_kernels.h, and compiled once per ISA (flashc_cpu_scalar.c, _avx2.c, _avx512.c).
+// flashc_cpu_kernels.h, and compiled once per ISA (flashc_cpu_scalar.c, _avx2.c, _avx512.c, _amx.c).
 #ifndef FLASHC_CPU_H
 #define FLASHC_CPU_H
 
@@ -60,11 +60,14 @@ typedef struct flashc_cpu_bwd_block {
 
 // The problems the bf16 dot-product paths take (flashc_cpu_tile.h), where the ISA has them.
 static inline int flashc__cpu_bf16_dot(const flashc_problem *p) { return p->dtype == FLASHC_DTYPE_BF16 && p->D % 2 == 0; }
+// Those whose forward runs on AMX tiles, where the ISA has them (whole tiles of pairs along D).
+static inline int flashc__cpu_amx_fwd(const flashc_problem *p) { return flashc__cpu_bf16_dot(p) && p->D % 32 == 0; }
 
 typedef struct flashc_cpu_kernels {
-    const char *isa; // "scalar", "avx2", "avx512"
+    const char *isa; // "scalar", "avx2", "avx512", "amx" (avx512 with the bf16 forward on AMX tiles)
     int dp_align;    // the backward's padding of D (2 vectors of the ISA), <= FLASHC_CPU_DP_ALIGN_MAX
     int bf16_dot;    // flashc__cpu_bf16_dot problems run their products by bf16 dot products
+    int amx;         // flashc__cpu_amx_fwd problems run their forward's products on AMX tiles
     // Forward for query rows [i0, min(i0 + FWD_BR, sq)) of sequence b, head h: writes o and lse rows.
     // scratch: the thread's slice, carved with kv_slots cache slots whose tags persist between calls.
     void (*fwd_qblock)(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,
@@ -77,6 +80,9 @@ typedef struct flashc_cpu_kernels {
 FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_scalar;
 FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_avx2;
 FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_avx512;
+FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_amx;
+// The kernels a CPU ctx picked ("scalar" .. "amx"; the benchmark prints it and sizes its ceilings by it)
+FLASHC_INTERNAL const char *flashc__cpu_isa(const flashc_ctx *ctx);
 
 // ------------------------------------------------------------------------------------------------
 // per-thread scratch: one 64-byte aligned slice of the workspace per thread, carved into tiles here
@@ -112,7 +118,8 @@ static inline void *flashc__cpu_take(char *base, size_t *off, size_t bytes) {
 //   QT  D x BR    Q_i^T * scale (* log2 e)     OT  D x BR   unnormalised O_i^T (fp32 accumulator)
 //   ST  BC x BR   S_ij^T, then P_ij^T in place
 //   K, V  BC x ld fp32 copies of K_j, V_j, ld = flashc__cpu_row_ld(D), where the microkernels read them
-//   (the AVX-512 bf16 forward keeps its bf16 tiles Q2, K_j, V2, P2 in QT, K, V, ST: flashc_cpu_tile.h)
+//   (the AVX-512 bf16 forward keeps its bf16 tiles Q2, K_j, V2, P2 in QT, K, V, ST: flashc_cpu_tile.h;
+//   the AMX one its slots' K_j rows in Kc and V2T in Vc)
 //   Kc, Vc  n_slots x BC x ld  the thread's key block cache (flashc__cpu_fwd_kv_slots)
 //   tag   n_slots int64: the block a slot holds, (b * H_kv + kv head) * ceil(Sk / BC) + j; -1 none
 //   m, m_new, m_use, l, alpha: BR each          lo, hi: BR int64 each, the rows' key ranges

@@ -18,7 +18,7 @@
 
 
 static flashc_cpu_dec_item_fn pick_item(const char *isa) {
-    if (isa && !strcmp(isa, "avx512")) return flashc__cpu_dec_item_avx512;
+    if (isa && (!strcmp(isa, "avx512") || !strcmp(isa, "amx"))) return flashc__cpu_dec_item_avx512; // (no AMX decode)
     if (isa && !strcmp(isa, "avx2")) return flashc__cpu_dec_item_avx2;
     return flashc__cpu_dec_item_scalar;
 }

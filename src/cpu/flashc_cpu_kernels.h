@@ -96,6 +96,9 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     // scale applied to S_ij; their tiles (Q2, K_j, V2, P2) take the fp32 tiles' memory, each needing
     // at most as much
     const int dot = FLASHC_CPU_BF16DOT && flashc__cpu_bf16_dot(p);
+    // and with AMX (flashc_cpu_amx.c) the two products on its tiles, the same operands but V_j^T
+    const int amx = FLASHC_CPU_AMX && dot && flashc__cpu_amx_fwd(p);
+    if (amx) amx_begin();
     if (dot)
         tile_load_T2((uint32_t *)t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D);
     else
@@ -130,14 +133,30 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     for (int64_t j0 = kv_lo / FLASHC_CPU_FWD_BC * FLASHC_CPU_FWD_BC; j0 < kv_hi; j0 += FLASHC_CPU_FWD_BC) { // Alg. 1 line 7
         const int64_t nk = min64(FLASHC_CPU_FWD_BC, kv_hi - j0), jb = j0 / FLASHC_CPU_FWD_BC;
         // Alg. 1 line 8: load K_j, V_j (dot: the nk rows some query sees, copied, not widened, so
-        // without the row cache)
-        if (dot) {
+        // without the row cache; AMX: a block whose every row is seen goes through the cache, as
+        // K_j's rows and V_j^T by pairs, built once a thread instead of once a query block)
+        const uint16_t *K_j = (const uint16_t *)t.K; // (the dot paths' bf16 rows)
+        const uint32_t *V2T = (const uint32_t *)t.V;
+        if (amx && nk == min64(FLASHC_CPU_FWD_BC, s.sk - j0)) { // a whole block: through the cache
+            const int64_t slot = min64(jb, t.n_slots - 1), off = slot * FLASHC_CPU_FWD_BC * ld;
+            K_j = (const uint16_t *)(t.Kc + off);
+            V2T = (const uint32_t *)(t.Vc + off);
+            if (t.tag[slot] != tag0 + jb) {
+                int64_t krs, vrs;
+                const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.Kc + off, b, &s, j0, nk, kvh, &krs);
+                const uint16_t *v = kv_rows(p, a->v, p->v_stride, t.Vp, b, &s, j0, nk, kvh, &vrs);
+                if (k != K_j) tile_copy_rows16((uint16_t *)K_j, D, k, krs, nk, D);
+                tile_pair_rows_T((uint32_t *)V2T, v, vrs, nk, D);
+                t.tag[slot] = tag0 + jb;
+            }
+        } else if (dot) {
             int64_t krs, vrs;
             // (paged: K_j's rows gathered straight into the tile, which has kv_rows' layout)
             const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.K, b, &s, j0, nk, kvh, &krs);
             const uint16_t *v = kv_rows(p, a->v, p->v_stride, t.Vp, b, &s, j0, nk, kvh, &vrs);
             if (k != (const uint16_t *)t.K) tile_copy_rows16((uint16_t *)t.K, D, k, krs, nk, D);
-            tile_pair_rows((uint32_t *)t.V, D, v, vrs, nk, (nk + 1) / 2, D);
+            if (amx) tile_pair_rows_T((uint32_t *)t.V, v, vrs, nk, D);
+            else tile_pair_rows((uint32_t *)t.V, D, v, vrs, nk, (nk + 1) / 2, D);
         } else
             kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb);
         // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
@@ -161,7 +180,9 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         ra = ra / FWD_LANES * FWD_LANES;
         const int64_t na = max64(0, min64(nl, ceil_div(rb, FWD_LANES) * FWD_LANES) - ra);
         float *ST = t.ST + ra;
-        if (dot)
+        if (amx)
+            tile_qkT_amx(ST, K_j, (const uint32_t *)t.QT + ra, nk, na, D, qmul);
+        else if (dot)
             tile_qkT2(ST, (const uint16_t *)t.K, (const uint32_t *)t.QT + ra, nk, na, D, qmul);
         else
             tile_qkT(ST, t.K, ld, t.QT + ra, nk, na, D); // S_ij = Q_i K_j^T
@@ -170,10 +191,14 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         if (slope2 != 0.0f) tile_alibi_kq(ST, nk, na, i0 + ra, j0, diag_off, slope2); // - slope |i - j|
         if (!(max_lo <= j0 && j0 + nk <= min_hi)) // boundary block
             tile_mask_kq(ST, nk, j0, t.lo + ra, t.hi + ra, min64(nq - ra, na));
-        tile_rowmax(m_new + ra, t.m_use + ra, ST, m_old + ra, nk, na); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
+        if (amx) tile_rowmax_lazy(m_new + ra, t.m_use + ra, ST, m_old + ra, nk, na);
+        else tile_rowmax(m_new + ra, t.m_use + ra, ST, m_old + ra, nk, na); // m_i^j = max(m_i^{j-1}, rowmax(S_ij))
         tile_alpha(t.alpha + ra, m_old + ra, t.m_use + ra, na);         // alpha = 2^(m_i^{j-1} - m_i^j)
         tile_exp_rowsum(ST, t.l + ra, t.m_use + ra, t.alpha + ra, nk, na); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
-        if (dot) {
+        if (amx) {
+            tile_pair_f32(ST, BRF, nk, na);
+            tile_pv_amx(t.OT + ra, t.alpha + ra, m_old + ra, (uint32_t *)ST, V2T, nk, na, D);
+        } else if (dot) {
             tile_pair_f32(ST, BRF, nk, na);
             tile_pv_acc2(t.OT + ra, t.alpha + ra, (const uint32_t *)ST, (const uint32_t *)t.V, nk, na, D);
         } else
@@ -184,6 +209,8 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         m_old = m_new;
         m_new = swap;
     }
+
+    if (amx) amx_end();
 
     // Alg. 1 lines 12-13: O_i = diag(l_i)^-1 O_i, L_i = m_i + log(l_i); rows with no key: 0, +inf
     float *inv_l = t.alpha; // (free now)
@@ -374,6 +401,7 @@ const flashc_cpu_kernels FLASHC_ISA_NAME(flashc__cpu_kernels) = {
     FLASHC_ISA_STR,
     BWD_NV * FLASHC_VF32_W,
     FLASHC_CPU_BF16DOT,
+    FLASHC_CPU_AMX,
     fwd_qblock,
     bwd_kvblock,
 };

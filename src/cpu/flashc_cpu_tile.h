@@ -24,6 +24,10 @@
 
 #define W FLASHC_VF32_W
 
+#ifndef FLASHC_CPU_AMX
+#define FLASHC_CPU_AMX 0 // 1 in flashc_cpu_amx.c only (the avx512 kernels with AMX tiles)
+#endif
+
 #if defined(__GNUC__)
 #define FLASHC_FORCE_INLINE static inline __attribute__((always_inline))
 #else
@@ -494,6 +498,184 @@ static void tile_pv_acc2(float *restrict O_T, const float *restrict alpha, const
                          const uint32_t *restrict V2, int64_t nk, int64_t nl, int64_t D) {
     tile_mm2(FWD_MR, FWD_NV, O_T, BRF, V2, 1, D, P2, BRF, D, nl, (nk + 1) / 2, 1, alpha, 1.0f);
 }
+
+// ------------------------------------------------------------------------------------------------
+// The bf16 forward's products on AMX tiles (flashc_cpu_amx.c: Intel Sapphire Rapids and later).
+// TDPBF16PS multiplies a 16 x 32 bf16 tile A by a 32 x 16 one B held as pairs (row r = the pairs of
+// rows 2r, 2r + 1) into a 16 x 16 fp32 tile C: the vdpbf16ps layout above, 16 rows of A at once, at
+// 16x an AVX-512 core's bf16 multiply-adds a cycle. So the operands are the dot path's tiles:
+//   S_ij^T = K_j Q_i^T:     A = K_j's bf16 rows (t.K), B = Q2 (tile_load_T2)
+//   O_i^T += V_j^T P_ij^T:  A = V_j^T by pairs of keys (V2T[d][c], tile_pair_rows_T: the dot path's
+//                           V2 transposed), B = P2 (tile_pair_f32)
+// Every tile is 16 rows x 64 bytes (amx_begin); C is read from and written to memory, so the
+// rescale diag(alpha) of O_i^T is a pass over it (skipped when every alpha is 1) and the scale of
+// S_ij a pass over S_ij^T. Needs D % 32 == 0 (whole tiles of pairs along D) and whole 16-lane tiles
+// (na % 16 == 0: FWD_LANES is 48 on AVX-512). Tiles 0-3 accumulate, 4-5 hold A, 6-7 B.
+#if FLASHC_CPU_AMX
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+static void amx_begin(void) {
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    _tile_loadconfig(&c);
+}
+
+static void amx_end(void) { _tile_release(); }
+
+
+// C = A B over tiles, C (M x N fp32, row stride ldc bytes) zeroed first or loaded (accumulate), A
+// (M x 32 ks bf16, row stride lda bytes), B (16 ks pair rows x N, row stride ldb bytes): M and N
+// multiples of 16, 2 x 2 tiles of C at a time (one A and one B load per product where both pairs
+// are whole)
+static void amx_mm(char *C, size_t ldc, const char *A, size_t lda, const char *B, size_t ldb, int64_t M, int64_t N,
+                   int64_t ks, int accumulate) {
+    for (int64_t m = 0; m < M; m += 32)
+        for (int64_t n = 0; n < N; n += 32) {
+            const int m2 = m + 16 < M, n2 = n + 16 < N;
+            char *c0 = C + m * ldc + 4 * n, *c2 = c0 + 16 * ldc;
+            if (accumulate) {
+                _tile_loadd(0, c0, ldc);
+                if (n2) _tile_loadd(1, c0 + 64, ldc);
+                if (m2) _tile_loadd(2, c2, ldc);
+                if (m2 && n2) _tile_loadd(3, c2 + 64, ldc);
+            } else {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int64_t k = 0; k < ks; k++) {
+                const char *a = A + m * lda + 64 * k, *b = B + 16 * k * ldb + 4 * n;
+                _tile_loadd(4, a, lda);
+                _tile_loadd(6, b, ldb);
+                _tile_dpbf16ps(0, 4, 6);
+                if (n2) {
+                    _tile_loadd(7, b + 64, ldb);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+                if (m2) {
+                    _tile_loadd(5, a + 16 * lda, lda);
+                    _tile_dpbf16ps(2, 5, 6);
+                    if (n2) _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, c0, ldc);
+            if (n2) _tile_stored(1, c0 + 64, ldc);
+            if (m2) _tile_stored(2, c2, ldc);
+            if (m2 && n2) _tile_stored(3, c2 + 64, ldc);
+        }
+}
+
+// S_ij^T = mul * K_j Q_i^T over lanes [0, nl): K_j dense bf16 rows (stride D; rows [nk, 16
+// ceil(nk / 16)) are read too, and their rows of S_ij^T written, never used), Q2 (tile_load_T2)
+static void tile_qkT_amx(float *restrict S_T, const uint16_t *restrict K_j, const uint32_t *restrict Q2, int64_t nk,
+                         int64_t nl, int64_t D, float mul) {
+    amx_mm((char *)S_T, 4 * BRF, (const char *)K_j, 2 * (size_t)D, (const char *)Q2, 4 * BRF, ceil_div(nk, 16) * 16, nl,
+           D / 32, 0);
+    const __m512 m = _mm512_set1_ps(mul);
+    for (int64_t c = 0; c < nk; c++)
+        for (int64_t r = 0; r < nl; r += W) _mm512_storeu_ps(S_T + c * BRF + r, _mm512_mul_ps(m, _mm512_loadu_ps(S_T + c * BRF + r)));
+}
+
+// r[i] = word j of row i <- word i of row j: a 16 x 16 transpose of 32-bit words (32-bit, then
+// 64-bit interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles)
+static inline void transpose16_epi32(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { // r[i + e], lane L: element 4L + e of rows i .. i + 3
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int e = 0; e < 4; e++) { // lanes 0 / 2 (0x88) and 1 / 3 (0xdd) of rows 0-7, then of 8-15
+        t[e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88);
+        t[4 + e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xdd);
+        t[8 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
+        t[12 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xdd);
+    }
+    for (int e = 0; e < 4; e++) { // output row 4L + e = element e of lane L of every row
+        r[e] = _mm512_shuffle_i32x4(t[e], t[8 + e], 0x88);
+        r[8 + e] = _mm512_shuffle_i32x4(t[e], t[8 + e], 0xdd);
+        r[4 + e] = _mm512_shuffle_i32x4(t[4 + e], t[12 + e], 0x88);
+        r[12 + e] = _mm512_shuffle_i32x4(t[4 + e], t[12 + e], 0xdd);
+    }
+}
+
+// V2T[d][c] (row stride 32 words) = the pair (src[2c][d], src[2c+1][d]) of bf16 rows src[r] (row
+// stride rs), rows r >= n read as 0, for d < D (D % 16 == 0) and c < 16 ceil(n / 32) (n <= 64)
+static void tile_pair_rows_T(uint32_t *restrict V2T, const uint16_t *src, int64_t rs, int64_t n, int64_t D) {
+    for (int64_t c0 = 0; 2 * c0 < n; c0 += 16)
+        for (int64_t d0 = 0; d0 < D; d0 += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) { // word j of r[i]: (src[2c][d0 + j], src[2c + 1][d0 + j]), c = c0 + i
+                const int64_t k = 2 * (c0 + i);
+                const __m512i x = k < n ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + k * rs + d0)))
+                                        : _mm512_setzero_si512();
+                const __m512i y = k + 1 < n ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + (k + 1) * rs + d0)))
+                                            : _mm512_setzero_si512();
+                r[i] = _mm512_or_si512(x, _mm512_slli_epi32(y, 16));
+            }
+            transpose16_epi32(r);
+            for (int j = 0; j < 16; j++) _mm512_storeu_si512((void *)(V2T + (d0 + j) * 32 + c0), r[j]);
+        }
+}
+
+// tile_rowmax, but a row's m_i moves only when its block max passes it by more than AMX_TAU (log2
+// units), FlashAttention-4's conditional rescale: P_ij = 2^(S_ij - m_i) <= 2^AMX_TAU then, as exact
+// in fp32 and bf16 as P_ij <= 1 (l_i and O_i are divided by the same sum at the end), and after
+// the first few key blocks no row moves, so tile_pv_amx skips its rescale pass over O_i^T.
+#define AMX_TAU 8.0f
+static void tile_rowmax_lazy(float *restrict m_new, float *restrict m_use, const float *restrict S_T, const float *m_old,
+                             int64_t nk, int64_t nl) {
+    tile_rowmax(m_new, m_use, S_T, m_old, nk, nl);
+    for (int64_t r = 0; r < nl; r++)
+        if (!(m_new[r] > m_old[r] + AMX_TAU)) m_new[r] = m_old[r], m_use[r] = fmaxf(m_old[r], -FLT_MAX);
+}
+
+// O_i^T = O_i^T diag(alpha) + V_j^T P_ij^T over lanes [0, nl) (tile_pv_acc2 on tiles): V2T
+// (tile_pair_rows_T), P2 (tile_pair_f32, rows [ceil(nk / 2), 16 ceil(nk / 32)) zeroed here). The
+// rescale is a pass over O_i^T, made only where a row that has seen a key moves its m_i (alpha !=
+// 1; a row that has not holds O_i = 0).
+static void tile_pv_amx(float *restrict O_T, const float *restrict alpha, const float *restrict m_old, uint32_t *restrict P2,
+                        const uint32_t *restrict V2T, int64_t nk, int64_t nl, int64_t D) {
+    int rescale = 0;
+    for (int64_t r = 0; r < nl; r++) rescale |= alpha[r] != 1.0f && m_old[r] != -INFINITY;
+    if (rescale)
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t r = 0; r < nl; r += W)
+                _mm512_storeu_ps(O_T + d * BRF + r, _mm512_mul_ps(_mm512_loadu_ps(O_T + d * BRF + r), _mm512_loadu_ps(alpha + r)));
+    const int64_t pairs = (nk + 1) / 2, ks = ceil_div(pairs, 16);
+    for (int64_t c = pairs; c < 16 * ks; c++) memset(P2 + c * BRF, 0, 4 * (size_t)nl);
+    amx_mm((char *)O_T, 4 * BRF, (const char *)V2T, 128, (const char *)P2, 4 * BRF, D, nl, ks, 1);
+}
+#else
+// (never called: the kernels' `amx` is 0)
+static inline void amx_begin(void) {}
+static inline void amx_end(void) {}
+static inline void tile_qkT_amx(float *S_T, const uint16_t *K_j, const uint32_t *Q2, int64_t nk, int64_t nl, int64_t D, float mul) {
+    (void)S_T, (void)K_j, (void)Q2, (void)nk, (void)nl, (void)D, (void)mul;
+}
+static inline void tile_pair_rows_T(uint32_t *V2T, const uint16_t *src, int64_t rs, int64_t n, int64_t D) {
+    (void)V2T, (void)src, (void)rs, (void)n, (void)D;
+}
+static inline void tile_rowmax_lazy(float *m_new, float *m_use, const float *S_T, const float *m_old, int64_t nk, int64_t nl) {
+    (void)m_new, (void)m_use, (void)S_T, (void)m_old, (void)nk, (void)nl;
+}
+static inline void tile_pv_amx(float *O_T, const float *alpha, const float *m_old, uint32_t *P2, const uint32_t *V2T, int64_t nk,
+                               int64_t nl, int64_t D) {
+    (void)O_T, (void)alpha, (void)m_old, (void)P2, (void)V2T, (void)nk, (void)nl, (void)D;
+}
+#endif
 
 // ------------------------------------------------------------------------------------------------
 // backward steps: tiles are queries x keys (row length BWD_BC), dK_j^T, dV_j^T are D x keys
