@@ -158,7 +158,8 @@ static flashc_status cpu_supports(flashc_ctx *ctx, const flashc_problem *p) {
 //             and the thread's key block cache of kv_slots slots
 // At D = 128: 257 KiB a thread plus 72 KiB per cache slot, one slot per 64 keys of seqlen_k up to
 // 32 MiB for all threads together (4.8 MiB a thread at seqlen 4096): O(seqlen_k), bounded; one
-// slot where the bf16 dot products run (but on AMX).
+// slot where the bf16 dot products run (the avx512 kernels'; the amx kernels cache their tiles in
+// the slots).
 // blk_off scales with the batch.
 
 typedef struct fwd_layout {
@@ -173,10 +174,9 @@ static fwd_layout fwd_carve(const flashc_ctx *ctx, const flashc_problem *p, void
     size_t off = 0;
     L.blk_off = flashc__cpu_take(ws, &off, sizeof(int64_t) * ((size_t)p->B + 1));
     // (the bf16 dot path copies the rows each query block sees and keeps no key block cache:
-    // one slot, unused, keeps the scratch's layout; on AMX it caches the tiles' K_j and V_j^T)
+    // one slot, unused, keeps the scratch's layout)
     const cpu_state *st = ctx->priv;
-    const int no_cache = st->k->bf16_dot && flashc__cpu_bf16_dot(p) && !(st->k->amx && flashc__cpu_amx_fwd(p));
-    L.kv_slots = no_cache ? 1 : flashc__cpu_fwd_kv_slots(p, ctx->n_threads);
+    L.kv_slots = st->k->bf16_dot && flashc__cpu_bf16_dot(p) ? 1 : flashc__cpu_fwd_kv_slots(p, ctx->n_threads);
     L.slice = flashc__cpu_fwd_carve(p, L.kv_slots, NULL, NULL);
     L.scratch = flashc__cpu_take(ws, &off, L.slice * (size_t)ctx->n_threads);
     L.total = off;

@@ -92,12 +92,12 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     // (the dot path applies it to S_ij); with softcap the tanh needs the natural-unit score, so
     // log2 e comes after it.
     const float qmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
-    // bf16 with AVX-512 BF16: the products by dot products on bf16 pairs (flashc_cpu_tile.h), the
-    // scale applied to S_ij; their tiles (Q2, K_j, V2, P2) take the fp32 tiles' memory, each needing
-    // at most as much
-    const int dot = FLASHC_CPU_BF16DOT && flashc__cpu_bf16_dot(p);
-    // and with AMX (flashc_cpu_amx.c) the two products on its tiles, the same operands but V_j^T
-    const int amx = FLASHC_CPU_AMX && dot && flashc__cpu_amx_fwd(p);
+    // bf16 with AVX-512 BF16 (not on AMX CPUs: FLASHC_CPU_DOT_KERNELS): the products by dot products
+    // on bf16 pairs (flashc_cpu_tile.h), the scale applied to S_ij; their tiles (Q2, K_j, V2, P2)
+    // take the fp32 tiles' memory, each needing at most as much. With AMX (flashc_cpu_amx.c): the
+    // two products on its tiles, the same operands but V_j^T.
+    const int amx = FLASHC_CPU_AMX && flashc__cpu_amx_fwd(p);
+    const int dot = amx || (FLASHC_CPU_DOT_KERNELS && flashc__cpu_bf16_dot(p));
     if (amx) amx_begin();
     if (dot)
         tile_load_T2((uint32_t *)t.QT, BRF, row_ptr(p, a->q, p->q_stride, b, s.q_row0, i0, h, es), p->q_stride[1], nq, D);
@@ -262,7 +262,7 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     // and K_j by pairs of key rows, unscaled (kmul multiplies S_ij, the scale is folded into the
     // bf16 dS_ij of dQ), in the fp32 tiles' memory.
     const float kmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
-    const int dot = FLASHC_CPU_BF16DOT && flashc__cpu_bf16_dot(p);
+    const int dot = FLASHC_CPU_DOT_KERNELS && flashc__cpu_bf16_dot(p);
     const void *k_j = key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es);
     const void *v_j = key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es);
     if (dot) {
@@ -400,8 +400,7 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
 const flashc_cpu_kernels FLASHC_ISA_NAME(flashc__cpu_kernels) = {
     FLASHC_ISA_STR,
     BWD_NV * FLASHC_VF32_W,
-    FLASHC_CPU_BF16DOT,
-    FLASHC_CPU_AMX,
+    FLASHC_CPU_DOT_KERNELS,
     fwd_qblock,
     bwd_kvblock,
 };

@@ -396,6 +396,11 @@ static void tile_pair_rows(uint32_t *restrict P2, int64_t ld, const uint16_t *sr
 
 #if FLASHC_ISA == FLASHC_ISA_AVX512
 #define FLASHC_CPU_BF16DOT 1
+// Whether the kernels take vdpbf16ps for bf16 (else they widen to fp32 at the tile loads). Not on
+// the AMX CPUs: there it runs at half the fp32 FMA's multiply-adds (the bench's ceilings on an
+// Intel Xeon with AMX, 2 threads: bf16 dot 201.6 GFLOP/s, fp32 FMA 401.9), and the bf16 backward
+// widened ran 1.37-1.41x faster (NOTES session 40); their forward runs on the tiles instead.
+#define FLASHC_CPU_DOT_KERNELS (!FLASHC_CPU_AMX)
 
 // C[0:MR][0:NV*W] = out_mul * sum_k pair(A, m, k) . B[k][lanes], or (accumulate) C diag(col_scale)
 // + the same sum with out_mul 1 (col_scale NULL: C + the sum): the pair of row m at A[m * a_rs + k *
@@ -474,6 +479,7 @@ static void tile_bf16_rows(uint16_t *restrict dst, int64_t ld, const float *rest
 // No bf16 dot products: the kernels' `dot` is 0 and these are never called (they keep the kernels'
 // one code path, and the product steps below, free of #if).
 #define FLASHC_CPU_BF16DOT 0
+#define FLASHC_CPU_DOT_KERNELS 0
 static inline void tile_mm2(int MR, int NV, float *C, int64_t ldc, const uint32_t *A, int64_t a_rs, int64_t a_cs,
                             const uint32_t *B, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate,
                             const float *col_scale, float out_mul) {
