@@ -1019,7 +1019,7 @@ typedef struct run_info {
 } run_info;
 
 // The ceiling a row's %fma is against: AMX tiles for a bf16 forward the amx kernels run on tiles,
-// bf16 dot products for other bf16 rows where measured, else fp32 FMAs
+// bf16 dot products for bf16 rows of the avx512 kernels, else fp32 FMAs
 static const fma_ceiling *row_ceiling(const run_info *ri, const result *x) {
     if (ri->amx.gflops > 0 && !x->bwd && x->s.D % 32 == 0) return &ri->amx;
     return ri->dot.gflops > 0 ? &ri->dot : &ri->fma;
@@ -1387,8 +1387,10 @@ int main(int argc, char **argv) {
     // and the difference says how much the load moved during the run. The higher one is the ceiling.
     fma_ceiling fma0 = {0, "none"}, fma1 = {0, "none"}, dot0 = {0, "none"}, dot1 = {0, "none"}, amx0 = {0, "none"},
                 amx1 = {0, "none"};
-    const int with_dot = peers && !is_cuda && t == FLASHC_DTYPE_BF16;
-    const int with_amx = with_dot && !strcmp(isa, "amx");
+    // (the bf16 ceilings of the kernels that run: dot products on avx512; tiles on amx, whose other
+    // bf16 products widen to fp32)
+    const int with_dot = peers && !is_cuda && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "avx512");
+    const int with_amx = peers && !is_cuda && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "amx");
     if (peers && !is_cuda) {
         fprintf(stderr, "fma ceiling on %d threads ... ", nth);
         fma0 = measure_fma(nth, 0);
