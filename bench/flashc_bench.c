@@ -1018,10 +1018,11 @@ typedef struct run_info {
     double load0, load1; // 1-minute load average at the start and at the end of the run
 } run_info;
 
-// The ceiling a row's %fma is against: AMX tiles for a bf16 forward the amx kernels run on tiles,
-// bf16 dot products for bf16 rows of the avx512 kernels, else fp32 FMAs
+// The ceiling a row's %fma is against: AMX tiles for a bf16 forward the amx kernels run on tiles
+// (the FA2 tiles: seqlen_q past the decode kernel's default bound, 16), bf16 dot products for bf16
+// rows of the avx512 kernels, else fp32 FMAs
 static const fma_ceiling *row_ceiling(const run_info *ri, const result *x) {
-    if (ri->amx.gflops > 0 && !x->bwd && x->s.D % 32 == 0) return &ri->amx;
+    if (ri->amx.gflops > 0 && !x->bwd && x->s.D % 32 == 0 && x->s.Sq > 16) return &ri->amx;
     return ri->dot.gflops > 0 ? &ri->dot : &ri->fma;
 }
 
@@ -1312,7 +1313,7 @@ int main(int argc, char **argv) {
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", localtime(&now));
     printf("flashc-bench %s  %s\n", flashc_version_string(), date);
-    const char *isa = is_cuda ? NULL : flashc__cpu_isa(ctx);
+    const char *isa = ctx->backend == FLASHC_BACKEND_CPU ? flashc__cpu_isa(ctx) : NULL; // (a CPU ctx's state only)
     printf("backend %s (%s%s%s), dtype %s, device: %s", ri.backend, ctx->ops->name, isa ? ", kernels " : "", isa ? isa : "",
            dtype_name(t), ri.device);
     if (!is_cuda) printf(", %d thread%s, %ld online cores", nth, nth == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN));
@@ -1389,8 +1390,8 @@ int main(int argc, char **argv) {
                 amx1 = {0, "none"};
     // (the bf16 ceilings of the kernels that run: dot products on avx512; tiles on amx, whose other
     // bf16 products widen to fp32)
-    const int with_dot = peers && !is_cuda && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "avx512");
-    const int with_amx = peers && !is_cuda && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "amx");
+    const int with_dot = peers && isa && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "avx512");
+    const int with_amx = peers && isa && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "amx");
     if (peers && !is_cuda) {
         fprintf(stderr, "fma ceiling on %d threads ... ", nth);
         fma0 = measure_fma(nth, 0);

@@ -639,7 +639,9 @@ static void tile_pair_rows_T(uint32_t *restrict V2T, const uint16_t *src, int64_
 // tile_rowmax, but a row's m_i moves only when its block max passes it by more than AMX_TAU (log2
 // units), FlashAttention-4's conditional rescale: P_ij = 2^(S_ij - m_i) <= 2^AMX_TAU then, as exact
 // in fp32 and bf16 as P_ij <= 1 (l_i and O_i are divided by the same sum at the end), and after
-// the first few key blocks no row moves, so tile_pv_amx skips its rescale pass over O_i^T.
+// the first few key blocks no row moves, so tile_pv_amx skips its rescale pass over O_i^T. (The
+// price: O_i's fp32 sum before the division can reach 2^8 x what it would, so values of V within
+// 2^8 of overflowing it, |V| ~ 1e36 / seqlen_k, overflow here first: a review's probe, session 40.)
 #define AMX_TAU 8.0f
 static void tile_rowmax_lazy(float *restrict m_new, float *restrict m_use, const float *restrict S_T, const float *m_old,
                              int64_t nk, int64_t nl) {
