@@ -60,14 +60,14 @@ typedef struct flashc_cpu_bwd_block {
 
 // The problems the bf16 dot-product paths take (flashc_cpu_tile.h), where the ISA has them.
 static inline int flashc__cpu_bf16_dot(const flashc_problem *p) { return p->dtype == FLASHC_DTYPE_BF16 && p->D % 2 == 0; }
-// Those whose forward runs on AMX tiles, where the ISA has them (whole tiles of pairs along D).
-static inline int flashc__cpu_amx_fwd(const flashc_problem *p) { return flashc__cpu_bf16_dot(p) && p->D % 32 == 0; }
+// Those that run on AMX tiles, where the ISA has them (whole tiles of pairs along D).
+static inline int flashc__cpu_amx(const flashc_problem *p) { return flashc__cpu_bf16_dot(p) && p->D % 32 == 0; }
 
 typedef struct flashc_cpu_kernels {
     const char *isa; // "scalar", "avx2", "avx512", "amx" (avx512 with the bf16 forward on AMX tiles)
     int dp_align;    // the backward's padding of D (2 vectors of the ISA), <= FLASHC_CPU_DP_ALIGN_MAX
     int bf16_dot;    // flashc__cpu_bf16_dot problems run their products by bf16 dot products (not
-                     // on amx, whose flashc__cpu_amx_fwd forwards run on the tiles, the rest widened)
+                     // on amx, whose flashc__cpu_amx problems run on the tiles, the rest widened)
     // Forward for query rows [i0, min(i0 + FWD_BR, sq)) of sequence b, head h: writes o and lse rows.
     // scratch: the thread's slice, carved with kv_slots cache slots whose tags persist between calls.
     void (*fwd_qblock)(const flashc_problem *p, const flashc_fwd_args *a, int b, int h, int64_t i0,

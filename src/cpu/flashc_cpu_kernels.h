@@ -96,7 +96,7 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
     // on bf16 pairs (flashc_cpu_tile.h), the scale applied to S_ij; their tiles (Q2, K_j, V2, P2)
     // take the fp32 tiles' memory, each needing at most as much. With AMX (flashc_cpu_amx.c): the
     // two products on its tiles, the same operands but V_j^T.
-    const int amx = FLASHC_CPU_AMX && flashc__cpu_amx_fwd(p);
+    const int amx = FLASHC_CPU_AMX && flashc__cpu_amx(p);
     const int dot = amx || (FLASHC_CPU_DOT_KERNELS && flashc__cpu_bf16_dot(p));
     if (amx) amx_begin();
     if (dot)
@@ -261,14 +261,18 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
     // the five products by dot products (flashc_cpu_tile.h) on K_j^T, V_j^T as bf16 pairs along D
     // and K_j by pairs of key rows, unscaled (kmul multiplies S_ij, the scale is folded into the
     // bf16 dS_ij of dQ), in the fp32 tiles' memory.
+    // With AMX: the five products on its tiles (flashc_cpu_tile.h), the same operands but for Q_i^T
+    // and dO_i^T by pairs of query rows.
     const float kmul = p->softcap > 0 ? p->scale : p->scale * LOG2E;
-    const int dot = FLASHC_CPU_DOT_KERNELS && flashc__cpu_bf16_dot(p);
+    const int amx = FLASHC_CPU_AMX && flashc__cpu_amx(p);
+    const int dot = amx || (FLASHC_CPU_DOT_KERNELS && flashc__cpu_bf16_dot(p));
     const void *k_j = key_ptr(p, a->k, p->k_stride, b, &s, j0, kvh, es);
     const void *v_j = key_ptr(p, a->v, p->v_stride, b, &s, j0, kvh, es);
     if (dot) {
         tile_load_T2((uint32_t *)t.KT, BCB, k_j, p->k_stride[1], nk, D);
         tile_load_T2((uint32_t *)t.VT, BCB, v_j, p->v_stride[1], nk, D);
-        tile_pair_rows((uint32_t *)t.K, Dp, k_j, p->k_stride[1], nk, (nk + 1) / 2, D);
+        // (AMX reads whole tiles of 16 pairs: the pairs past the block's rows are 0)
+        tile_pair_rows((uint32_t *)t.K, Dp, k_j, p->k_stride[1], nk, amx ? 16 * ceil_div(nk, 32) : (nk + 1) / 2, D);
     } else {
         tile_load_T(t.KT, BCB, k_j, p->k_stride[1], nk, D, dt, kmul);
         tile_load_T(t.VT, BCB, v_j, p->v_stride[1], nk, D, dt, 1.0f);
@@ -276,6 +280,7 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
         for (int64_t c = 0; c < nk; c++)
             for (int64_t d = D; d < Dp; d++) t.K[c * Dp + d] = 0.0f;
     }
+    if (amx) amx_begin();
     // Alg. 2 line 8: dK_j = 0, dV_j = 0
     memset(t.dKT, 0, sizeof(float) * (size_t)(D * BCB));
     memset(t.dVT, 0, sizeof(float) * (size_t)(D * BCB));
@@ -334,7 +339,9 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
         // 512, 1.04x at 1024, 1.03x at 2048, non-causal 0.99-1.00x (two runs of dev/cpu/ab.py,
         // bench/results/cpu_amd-epyc-2c_2026-12-02-rowwin.txt).
         const int64_t nc = min64(BCB, ceil_div(c_hi, BWD_COLS) * BWD_COLS);
-        if (dot) // S_ij = Q_i K_j^T
+        if (amx) // S_ij = Q_i K_j^T
+            tile_qkT_rows_amx(t.S, Q16, (const uint32_t *)t.KT, nq, nc, D, kmul);
+        else if (dot)
             tile_qkT_rows2(t.S, Q16, (const uint32_t *)t.KT, nq, nc, D, kmul);
         else
             tile_qkT_rows(t.S, Q_i, q_rs, t.KT, nq, nc, D);
@@ -356,18 +363,30 @@ static void bwd_kvblock(const flashc_problem *p, const flashc_bwd_args *a, const
             uint32_t *Q2 = (uint32_t *)t.Q, *dO2 = (uint32_t *)t.dO;
             _Static_assert(FLASHC_CPU_BWD_BR % 2 == 0, "P_ij pairs: first half of S; dS16: second half");
             uint16_t *dS16 = (uint16_t *)(t.S + FLASHC_CPU_BWD_BR / 2 * BCB);
-            tile_pair_rows(Q2, D, Q16, D, nq, (nq + 1) / 2, D);
-            tile_pair_rows(dO2, D, dO16, D, nq, (nq + 1) / 2, D);
-            tile_qkT_rows2(t.dP, dO16, (const uint32_t *)t.VT, nq, nc, D, 1.0f); // dP_ij = dO_i V_j^T
-            tile_ds(t.dP, t.S, t.Di, T, nq, nc);                                // dS_ij = P_ij o (dP_ij - D_i)
+            // (AMX: Q_i^T, dO_i^T by pairs of rows instead, and Q_i^T's tile is the dQ_i tail's
+            // stage once dK_j has used it)
+            if (amx) {
+                tile_pair_rows_T(Q2, Q16, D, nq, D);
+                tile_pair_rows_T(dO2, dO16, D, nq, D);
+                tile_qkT_rows_amx(t.dP, dO16, (const uint32_t *)t.VT, nq, nc, D, 1.0f);
+            } else {
+                tile_pair_rows(Q2, D, Q16, D, nq, (nq + 1) / 2, D);
+                tile_pair_rows(dO2, D, dO16, D, nq, (nq + 1) / 2, D);
+                tile_qkT_rows2(t.dP, dO16, (const uint32_t *)t.VT, nq, nc, D, 1.0f); // dP_ij = dO_i V_j^T
+            }
+            tile_ds(t.dP, t.S, t.Di, T, nq, nc); // dS_ij = P_ij o (dP_ij - D_i)
             tile_pair_f32(t.S, BCB, nq, nc);
-            tile_dkv_acc2(t.dVT, dO2, (const uint32_t *)t.S, nq, nc, D); // dV_j += P_ij^T dO_i
+            if (amx) tile_dkv_acc_amx(t.dVT, dO2, (uint32_t *)t.S, nq, nc, D);
+            else tile_dkv_acc2(t.dVT, dO2, (const uint32_t *)t.S, nq, nc, D); // dV_j += P_ij^T dO_i
             tile_bf16_rows(dS16, BCB, t.dP, BCB, nq, nc, p->scale);
             tile_pair_f32(t.dP, BCB, nq, nc);
-            tile_dkv_acc2(t.dKT, Q2, (const uint32_t *)t.dP, nq, nc, D); // dK_j += dS_ij^T Q_i
-            tile_dq_acc2(blk->dq_acc + i0 * Dp, Dp, dS16, (const uint32_t *)t.K, Dp, nq, min64(nk, nc));
+            if (amx) tile_dkv_acc_amx(t.dKT, Q2, (uint32_t *)t.dP, nq, nc, D);
+            else tile_dkv_acc2(t.dKT, Q2, (const uint32_t *)t.dP, nq, nc, D); // dK_j += dS_ij^T Q_i
+            if (amx) tile_dq_acc_amx(blk->dq_acc + i0 * Dp, Dp, dS16, (const uint32_t *)t.K, Dp, nq, min64(nk, nc), D, t.Q);
+            else tile_dq_acc2(blk->dq_acc + i0 * Dp, Dp, dS16, (const uint32_t *)t.K, Dp, nq, min64(nk, nc));
         }
     }
+    if (amx) amx_end();
 
     // Alg. 2 line 24: write dK_j = scale dK_j, dV_j; GQA sums the group's heads in fp32 first
     // (in head order, so the sum is the same on every run), kept per key block as D x nk (dK_j^T's

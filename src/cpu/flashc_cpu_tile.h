@@ -399,7 +399,7 @@ static void tile_pair_rows(uint32_t *restrict P2, int64_t ld, const uint16_t *sr
 // Whether the kernels take vdpbf16ps for bf16 (else they widen to fp32 at the tile loads). Not on
 // the AMX CPUs: there it runs at half the fp32 FMA's multiply-adds (the bench's ceilings on an
 // Intel Xeon with AMX, 2 threads: bf16 dot 201.6 GFLOP/s, fp32 FMA 401.9), and the bf16 backward
-// widened ran 1.37-1.41x faster (NOTES session 40); their forward runs on the tiles instead.
+// widened ran 1.37-1.41x faster (NOTES session 40). Their bf16 runs on the tiles where D % 32 == 0.
 #define FLASHC_CPU_DOT_KERNELS (!FLASHC_CPU_AMX)
 
 // C[0:MR][0:NV*W] = out_mul * sum_k pair(A, m, k) . B[k][lanes], or (accumulate) C diag(col_scale)
@@ -506,7 +506,8 @@ static void tile_pv_acc2(float *restrict O_T, const float *restrict alpha, const
 }
 
 // ------------------------------------------------------------------------------------------------
-// The bf16 forward's products on AMX tiles (flashc_cpu_amx.c: Intel Sapphire Rapids and later).
+// The bf16 forward's products on AMX tiles (flashc_cpu_amx.c: Intel Sapphire Rapids and later;
+// the backward's are at the end of this file).
 // TDPBF16PS multiplies a 16 x 32 bf16 tile A by a 32 x 16 one B held as pairs (row r = the pairs of
 // rows 2r, 2r + 1) into a 16 x 16 fp32 tile C: the vdpbf16ps layout above, 16 rows of A at once, at
 // 16x an AVX-512 core's bf16 multiply-adds a cycle. So the operands are the dot path's tiles:
@@ -800,5 +801,56 @@ static void tile_dq_acc2(float *restrict dQ_i, int64_t dq_ld, const uint16_t *re
                          int64_t Dp, int64_t nq, int64_t nk) {
     tile_mm2(BWD_MR, BWD_NV, dQ_i, dq_ld, (const uint32_t *)dS, BCB / 2, 1, K2, Dp, nq, Dp, (nk + 1) / 2, 1, NULL, 1.0f);
 }
+
+// The backward's five products on AMX tiles (flashc__cpu_amx problems): the dot path's operands
+// above, but Q_i^T and dO_i^T by pairs of query rows (tile_pair_rows_T) as A of dK_j and dV_j.
+#if FLASHC_CPU_AMX
+// S_ij = mul * Q_i K_j^T (tile_qkT_rows2 on tiles; rows [nq, 16 ceil(nq / 16)) computed from what
+// the Q rows' buffer holds there, never used)
+static void tile_qkT_rows_amx(float *restrict S, const uint16_t *restrict Q_i, const uint32_t *restrict K2T, int64_t nq,
+                              int64_t nc, int64_t D, float mul) {
+    amx_mm((char *)S, 4 * BCB, (const char *)Q_i, 2 * (size_t)D, (const char *)K2T, 4 * BCB, ceil_div(nq, 16) * 16, nc,
+           D / 32, 0);
+    if (mul == 1.0f) return;
+    const __m512 m = _mm512_set1_ps(mul);
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < nc; c += W) _mm512_storeu_ps(S + r * BCB + c, _mm512_mul_ps(m, _mm512_loadu_ps(S + r * BCB + c)));
+}
+
+// dX_j^T += X_i^T P_ij (tile_dkv_acc2 on tiles): XT2 = X_i^T by pairs of rows (tile_pair_rows_T),
+// P2 by pairs of rows (tile_pair_f32; its rows [ceil(nq / 2), 16 ceil(nq / 32)) zeroed here)
+static void tile_dkv_acc_amx(float *restrict dX_jT, const uint32_t *restrict XT2, uint32_t *restrict P2, int64_t nq,
+                             int64_t nc, int64_t D) {
+    const int64_t pairs = (nq + 1) / 2, ks = ceil_div(pairs, 16);
+    for (int64_t c = pairs; c < 16 * ks; c++) memset(P2 + c * BCB, 0, 4 * (size_t)nc);
+    amx_mm((char *)dX_jT, 4 * BCB, (const char *)XT2, 128, (const char *)P2, 4 * BCB, D, nc, ks, 1);
+}
+
+// dQ_i += dS_ij K_j (tile_dq_acc2 on tiles): dS bf16 rows (row stride BCB), K2 by pairs of key rows
+// (row stride Dp words, zero pair rows up to 16 ceil(nk / 32)), nk keys. Whole groups of 16 rows in
+// place; the last nq % 16 through stage (16 x D floats), since the rows after them in dQ are other
+// rows' (or past the buffer's end), which a tile's load and store would race with.
+static void tile_dq_acc_amx(float *restrict dQ_i, int64_t dq_ld, const uint16_t *restrict dS, const uint32_t *restrict K2,
+                            int64_t Dp, int64_t nq, int64_t nk, int64_t D, float *restrict stage) {
+    const int64_t ks = ceil_div(nk, 32), m16 = nq / 16 * 16, r = nq - m16;
+    if (m16) amx_mm((char *)dQ_i, 4 * (size_t)dq_ld, (const char *)dS, 2 * BCB, (const char *)K2, 4 * (size_t)Dp, m16, D, ks, 1);
+    if (!r) return;
+    for (int64_t i = 0; i < r; i++) memcpy(stage + i * D, dQ_i + (m16 + i) * dq_ld, sizeof(float) * (size_t)D);
+    amx_mm((char *)stage, 4 * (size_t)D, (const char *)(dS + m16 * BCB), 2 * BCB, (const char *)K2, 4 * (size_t)Dp, 16, D, ks, 1);
+    for (int64_t i = 0; i < r; i++) memcpy(dQ_i + (m16 + i) * dq_ld, stage + i * D, sizeof(float) * (size_t)D);
+}
+#else
+static inline void tile_qkT_rows_amx(float *S, const uint16_t *Q_i, const uint32_t *K2T, int64_t nq, int64_t nc, int64_t D,
+                                     float mul) {
+    (void)S, (void)Q_i, (void)K2T, (void)nq, (void)nc, (void)D, (void)mul;
+}
+static inline void tile_dkv_acc_amx(float *dX_jT, const uint32_t *XT2, uint32_t *P2, int64_t nq, int64_t nc, int64_t D) {
+    (void)dX_jT, (void)XT2, (void)P2, (void)nq, (void)nc, (void)D;
+}
+static inline void tile_dq_acc_amx(float *dQ_i, int64_t dq_ld, const uint16_t *dS, const uint32_t *K2, int64_t Dp, int64_t nq,
+                                   int64_t nk, int64_t D, float *stage) {
+    (void)dQ_i, (void)dq_ld, (void)dS, (void)K2, (void)Dp, (void)nq, (void)nk, (void)D, (void)stage;
+}
+#endif
 
 #endif // FLASHC_CPU_TILE_H
