@@ -169,8 +169,14 @@ def _common(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
         check_1d("cu_seqlens_q", cu_q.shape, b + 1, True)
         check_1d("cu_seqlens_k", cu_k.shape, b + 1, True)
         # C writes o, lse and reads q by cu_seqlens_q[-1] rows (k, v by cu_seqlens_k[-1]) and cannot see
-        # the tensors' row counts: larger offsets would run past them (one host sync on CUDA)
-        tq, tk = torch.stack((cu_q[-1], cu_k[-1])).tolist()
+        # the tensors' row counts: larger offsets would run past them (one host sync on CUDA). While a
+        # CUDA graph is being captured nothing can be read back: the offsets are then taken to end at
+        # the tensors' last rows, unchecked, as flash-attn takes them (transformers' static cache
+        # with CUDA graphs comes here).
+        if q.is_cuda and torch.cuda.is_current_stream_capturing():
+            tq, tk = q.shape[0], k.shape[0]
+        else:
+            tq, tk = torch.stack((cu_q[-1], cu_k[-1])).tolist()
         if tq > q.shape[0] or (bt is None and tk > k.shape[0]):
             raise ValueError(f"flashc: cu_seqlens_q[-1] = {tq} and cu_seqlens_k[-1] = {tk} must not exceed the rows of "
                              f"q ({q.shape[0]}) and k ({k.shape[0]})")

@@ -98,8 +98,9 @@ def test_varlen_autograd(dev, dt):
 def test_broadcast_inputs_are_copied(dev):
     # expand()ed tensors have stride 0, and all-zero [batch, seq, head] strides mean "contiguous" to
     # C: passed as they are, k would be read past its memory
-    q = rand(2, 6, 4, 8, dev=dev, grad=True)
-    k0, v0 = rand(8, dev=dev, grad=True), rand(1, 1, 2, 8, dev=dev, grad=True)
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32  # (the CUDA backend has no fp32)
+    q = rand(2, 6, 4, 8, dt=dt, dev=dev, grad=True)
+    k0, v0 = rand(8, dt=dt, dev=dev, grad=True), rand(1, 1, 2, 8, dt=dt, dev=dev, grad=True)
     k, v = k0.expand(2, 6, 2, 8), v0.expand(2, 6, 2, 8)
     out = flashc.attention(q, k, v)
     want = flashc.attention(q.detach(), k.detach().contiguous(), v.detach().contiguous())
@@ -123,7 +124,8 @@ def test_varlen_rows_after_the_last_sequence(dev):
     rows), C's (H, cu_seqlens_q[-1])), zero gradients; the other rows as without them."""
     cu_q = torch.tensor([0, 3, 6], dtype=torch.int32, device=dev)
     cu_k = torch.tensor([0, 5, 9], dtype=torch.int32, device=dev)
-    q, k, v = rand(10, 2, 8, dev=dev, grad=True), rand(12, 1, 8, dev=dev, grad=True), rand(12, 1, 8, dev=dev, grad=True)
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32  # (the CUDA backend has no fp32)
+    q, k, v = (rand(n, h, 8, dt=dt, dev=dev, grad=True) for n, h in ((10, 2), (12, 1), (12, 1)))
     out, lse = flashc.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
     q6, k9, v9 = (t.detach()[:n].clone().requires_grad_(True) for t, n in ((q, 6), (k, 9), (v, 9)))
     o6, l6 = flashc.attention(q6, k9, v9, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
