@@ -862,7 +862,7 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_loop_avx512bf16(i
 
 // The AMX ceiling, for bf16 runs on the amx kernels: four 16 x 16 fp32 tiles each taking a 16 x 32
 // by 32 x 16 bf16 product (TDPBF16PS, 16 x 16 x 32 multiply-adds) per iteration, the instruction
-// flashc's AMX forward runs its two products on. (The library has asked Linux for the tile state.)
+// flashc's AMX kernels run their products on. (The library has asked Linux for the tile state.)
 typedef struct amx_cfg {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -1014,15 +1014,15 @@ typedef struct run_info {
     int checked;       // 1 passed, 0 skipped
     fma_ceiling fma;   // fp32 FMA
     fma_ceiling dot;   // bf16 dot products (bf16 runs on a CPU with AVX-512 BF16), else gflops 0
-    fma_ceiling amx;   // AMX tiles (bf16 runs on the amx kernels: their forward), else gflops 0
+    fma_ceiling amx;   // AMX tiles (bf16 runs on the amx kernels), else gflops 0
     double load0, load1; // 1-minute load average at the start and at the end of the run
 } run_info;
 
-// The ceiling a row's %fma is against: AMX tiles for a bf16 forward the amx kernels run on tiles
-// (the FA2 tiles: seqlen_q past the decode kernel's default bound, 16), bf16 dot products for bf16
-// rows of the avx512 kernels, else fp32 FMAs
+// The ceiling a row's %fma is against: AMX tiles for bf16 rows the amx kernels run on tiles
+// (head_dim % 32 == 0; a forward on the FA2 tiles: seqlen_q past the decode kernel's default bound,
+// 16), bf16 dot products for bf16 rows of the avx512 kernels, else fp32 FMAs
 static const fma_ceiling *row_ceiling(const run_info *ri, const result *x) {
-    if (ri->amx.gflops > 0 && !x->bwd && x->s.D % 32 == 0 && x->s.Sq > 16) return &ri->amx;
+    if (ri->amx.gflops > 0 && x->s.D % 32 == 0 && (x->bwd || x->s.Sq > 16)) return &ri->amx;
     return ri->dot.gflops > 0 ? &ri->dot : &ri->fma;
 }
 
@@ -1388,8 +1388,8 @@ int main(int argc, char **argv) {
     // and the difference says how much the load moved during the run. The higher one is the ceiling.
     fma_ceiling fma0 = {0, "none"}, fma1 = {0, "none"}, dot0 = {0, "none"}, dot1 = {0, "none"}, amx0 = {0, "none"},
                 amx1 = {0, "none"};
-    // (the bf16 ceilings of the kernels that run: dot products on avx512; tiles on amx, whose other
-    // bf16 products widen to fp32)
+    // (the bf16 ceilings of the kernels that run: dot products on avx512; tiles on amx, where
+    // head_dim % 32 != 0 widens to fp32)
     const int with_dot = peers && isa && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "avx512");
     const int with_amx = peers && isa && t == FLASHC_DTYPE_BF16 && !strcmp(isa, "amx");
     if (peers && !is_cuda) {
@@ -1420,8 +1420,8 @@ int main(int argc, char **argv) {
                    "against it (flashc's bf16 forward and backward use these products here)\n",
                    ri.dot.gflops, nth, dot0.gflops, dot1.gflops);
         if (ri.amx.gflops > 0)
-            printf("amx ceiling: %.1f GFLOP/s on %d threads (%.1f before, %.1f after); %%fma of a bf16 forward row with "
-                   "head_dim %% 32 == 0 is against it (the amx kernels' forward runs on these tiles)\n",
+            printf("amx ceiling: %.1f GFLOP/s on %d threads (%.1f before, %.1f after); %%fma of a bf16 row with "
+                   "head_dim %% 32 == 0 is against it (the amx kernels run those on these tiles)\n",
                    ri.amx.gflops, nth, amx0.gflops, amx1.gflops);
     }
 

@@ -64,7 +64,7 @@ static inline int flashc__cpu_bf16_dot(const flashc_problem *p) { return p->dtyp
 static inline int flashc__cpu_amx(const flashc_problem *p) { return flashc__cpu_bf16_dot(p) && p->D % 32 == 0; }
 
 typedef struct flashc_cpu_kernels {
-    const char *isa; // "scalar", "avx2", "avx512", "amx" (avx512 with the bf16 forward on AMX tiles)
+    const char *isa; // "scalar", "avx2", "avx512", "amx" (avx512 with bf16 on AMX tiles)
     int dp_align;    // the backward's padding of D (2 vectors of the ISA), <= FLASHC_CPU_DP_ALIGN_MAX
     int bf16_dot;    // flashc__cpu_bf16_dot problems run their products by bf16 dot products (not
                      // on amx, whose flashc__cpu_amx problems run on the tiles, the rest widened)

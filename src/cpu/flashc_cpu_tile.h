@@ -542,6 +542,9 @@ static void amx_end(void) { _tile_release(); }
 // are whole)
 static void amx_mm(char *C, size_t ldc, const char *A, size_t lda, const char *B, size_t ldb, int64_t M, int64_t N,
                    int64_t ks, int accumulate) {
+    // (GCC's tile intrinsics are asm without a memory clobber: these barriers keep the stores that
+    // built A, B and C before the tile loads, and the reads of C after the tile stores)
+    __asm__ volatile("" ::: "memory");
     for (int64_t m = 0; m < M; m += 32)
         for (int64_t n = 0; n < N; n += 32) {
             const int m2 = m + 16 < M, n2 = n + 16 < N;
@@ -577,6 +580,7 @@ static void amx_mm(char *C, size_t ldc, const char *A, size_t lda, const char *B
             if (m2) _tile_stored(2, c2, ldc);
             if (m2 && n2) _tile_stored(3, c2 + 64, ldc);
         }
+    __asm__ volatile("" ::: "memory");
 }
 
 // S_ij^T = mul * K_j Q_i^T over lanes [0, nl): K_j dense bf16 rows (stride D; rows [nk, 16
