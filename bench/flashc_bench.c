@@ -863,16 +863,8 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_loop_avx512bf16(i
 // The AMX ceiling, for bf16 runs on the amx kernels: four 16 x 16 fp32 tiles each taking a 16 x 32
 // by 32 x 16 bf16 product (TDPBF16PS, 16 x 16 x 32 multiply-adds) per iteration, the instruction
 // flashc's AMX kernels run their products on. (The library has asked Linux for the tile state.)
-typedef struct amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
 __attribute__((target("amx-tile,amx-bf16"))) static float amx_loop(int64_t iters) {
-    amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    const flashc_amx_cfg c = flashc__amx_cfg();
     static const uint16_t one[16 * 32] = {0}; // (zeros: the tiles do not look at the values)
     float out[16 * 16];
     _tile_loadconfig(&c);

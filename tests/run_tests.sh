@@ -95,7 +95,7 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then i
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
     grep -qw avx512vl /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo; then
     isa_levels="$isa_levels avx512"
-    # AMX tiles for the bf16 forward (the default where present: this names it where it is)
+    # AMX tiles for bf16 (the default where present: this names it where it is)
     if grep -qw amx_bf16 /proc/cpuinfo && grep -qw amx_tile /proc/cpuinfo; then isa_levels="$isa_levels amx"; fi
 fi
 echo "== CPU ISA levels here: $isa_levels"

@@ -84,6 +84,22 @@ FLASHC_INTERNAL extern const flashc_cpu_kernels flashc__cpu_kernels_amx;
 // The kernels a CPU ctx picked ("scalar" .. "amx"; the benchmark prints it and sizes its ceilings by it)
 FLASHC_INTERNAL const char *flashc__cpu_isa(const flashc_ctx *ctx);
 
+// The AMX tile configuration (ldtilecfg's 64-byte operand, palette 1) the amx kernels and the
+// benchmark's AMX ceiling load: tiles 0-7 each 16 rows x 64 bytes.
+typedef struct flashc_amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} flashc_amx_cfg;
+
+static inline flashc_amx_cfg flashc__amx_cfg(void) {
+    flashc_amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    return c;
+}
+
 // ------------------------------------------------------------------------------------------------
 // per-thread scratch: one 64-byte aligned slice of the workspace per thread, carved into tiles here
 // (so the driver's size and the kernels' pointers come from the same list). With base == NULL only

@@ -135,29 +135,25 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         // Alg. 1 line 8: load K_j, V_j (dot: the nk rows some query sees, copied, not widened, so
         // without the row cache; AMX: a block whose every row is seen goes through the cache, as
         // K_j's rows and V_j^T by pairs, built once a thread instead of once a query block)
-        const uint16_t *K_j = (const uint16_t *)t.K; // (the dot paths' bf16 rows)
-        const uint32_t *V2T = (const uint32_t *)t.V;
+        uint16_t *K_j = (uint16_t *)t.K; // (the dot paths' bf16 rows, and V_j by pairs)
+        uint32_t *V2 = (uint32_t *)t.V;
+        int load = dot;
         if (amx && nk == min64(FLASHC_CPU_FWD_BC, s.sk - j0)) { // a whole block: through the cache
             const int64_t slot = min64(jb, t.n_slots - 1), off = slot * FLASHC_CPU_FWD_BC * ld;
-            K_j = (const uint16_t *)(t.Kc + off);
-            V2T = (const uint32_t *)(t.Vc + off);
-            if (t.tag[slot] != tag0 + jb) {
-                int64_t krs, vrs;
-                const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.Kc + off, b, &s, j0, nk, kvh, &krs);
-                const uint16_t *v = kv_rows(p, a->v, p->v_stride, t.Vp, b, &s, j0, nk, kvh, &vrs);
-                if (k != K_j) tile_copy_rows16((uint16_t *)K_j, D, k, krs, nk, D);
-                tile_pair_rows_T((uint32_t *)V2T, v, vrs, nk, D);
-                t.tag[slot] = tag0 + jb;
-            }
-        } else if (dot) {
+            K_j = (uint16_t *)(t.Kc + off);
+            V2 = (uint32_t *)(t.Vc + off);
+            load = t.tag[slot] != tag0 + jb;
+            t.tag[slot] = tag0 + jb;
+        }
+        if (load) {
             int64_t krs, vrs;
             // (paged: K_j's rows gathered straight into the tile, which has kv_rows' layout)
-            const uint16_t *k = kv_rows(p, a->k, p->k_stride, t.K, b, &s, j0, nk, kvh, &krs);
+            const uint16_t *k = kv_rows(p, a->k, p->k_stride, K_j, b, &s, j0, nk, kvh, &krs);
             const uint16_t *v = kv_rows(p, a->v, p->v_stride, t.Vp, b, &s, j0, nk, kvh, &vrs);
-            if (k != (const uint16_t *)t.K) tile_copy_rows16((uint16_t *)t.K, D, k, krs, nk, D);
-            if (amx) tile_pair_rows_T((uint32_t *)t.V, v, vrs, nk, D);
-            else tile_pair_rows((uint32_t *)t.V, D, v, vrs, nk, (nk + 1) / 2, D);
-        } else
+            if (k != K_j) tile_copy_rows16(K_j, D, k, krs, nk, D);
+            if (amx) tile_pair_rows_T(V2, v, vrs, nk, D);
+            else tile_pair_rows(V2, D, v, vrs, nk, (nk + 1) / 2, D);
+        } else if (!dot)
             kv_load_block(&t, p, a, b, &s, kvh, j0, tag0 + jb);
         // K_{j+1}, V_{j+1} arrive while this block computes when they are not in the cache: all
         // their rows, not just tile_load_rows' first ROW_PREFETCH, since each row sits in its own
@@ -183,7 +179,7 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         if (amx)
             tile_qkT_amx(ST, K_j, (const uint32_t *)t.QT + ra, nk, na, D, qmul);
         else if (dot)
-            tile_qkT2(ST, (const uint16_t *)t.K, (const uint32_t *)t.QT + ra, nk, na, D, qmul);
+            tile_qkT2(ST, K_j, (const uint32_t *)t.QT + ra, nk, na, D, qmul);
         else
             tile_qkT(ST, t.K, ld, t.QT + ra, nk, na, D); // S_ij = Q_i K_j^T
         if (p->softcap > 0) // cap * tanh(S / cap)
@@ -197,10 +193,10 @@ static void fwd_qblock(const flashc_problem *p, const flashc_fwd_args *a, int b,
         tile_exp_rowsum(ST, t.l + ra, t.m_use + ra, t.alpha + ra, nk, na); // P_ij = 2^(S_ij - m_i^j), l_i = alpha l_i + rowsum(P_ij)
         if (amx) {
             tile_pair_f32(ST, BRF, nk, na);
-            tile_pv_amx(t.OT + ra, t.alpha + ra, m_old + ra, (uint32_t *)ST, V2T, nk, na, D);
+            tile_pv_amx(t.OT + ra, t.alpha + ra, m_old + ra, (uint32_t *)ST, V2, nk, na, D);
         } else if (dot) {
             tile_pair_f32(ST, BRF, nk, na);
-            tile_pv_acc2(t.OT + ra, t.alpha + ra, (const uint32_t *)ST, (const uint32_t *)t.V, nk, na, D);
+            tile_pv_acc2(t.OT + ra, t.alpha + ra, (const uint32_t *)ST, V2, nk, na, D);
         } else
             tile_pv_acc(t.OT + ra, t.alpha + ra, ST, t.V, ld, nk, na, D); // O_i = diag(alpha) O_i + P_ij V_j
         for (int64_t r = 0; r < ra; r++) m_new[r] = m_old[r];

@@ -519,22 +519,28 @@ static void tile_pv_acc2(float *restrict O_T, const float *restrict alpha, const
 // S_ij a pass over S_ij^T. Needs D % 32 == 0 (whole tiles of pairs along D) and whole 16-lane tiles
 // (na % 16 == 0: FWD_LANES is 48 on AVX-512). Tiles 0-3 accumulate, 4-5 hold A, 6-7 B.
 #if FLASHC_CPU_AMX
-typedef struct amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
 static void amx_begin(void) {
-    amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    const flashc_amx_cfg c = flashc__amx_cfg();
     _tile_loadconfig(&c);
 }
 
 static void amx_end(void) { _tile_release(); }
 
+// X[r][0:nl] *= mul for rows r < n (row stride ld; nl % W == 0): the scale of S_ij the dot paths
+// apply as it leaves their registers
+static void amx_scale_rows(float *restrict X, int64_t ld, int64_t n, int64_t nl, float mul) {
+    const __m512 m = _mm512_set1_ps(mul);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < nl; c += W) _mm512_storeu_ps(X + r * ld + c, _mm512_mul_ps(m, _mm512_loadu_ps(X + r * ld + c)));
+}
+
+// Zeroes the pair rows [ceil(n / 2), 16 ks) of P2 (row stride ld words, nl of them used), ks =
+// ceil(n / 32): the B operand's whole tiles over n rows paired by tile_pair_f32. Returns ks.
+static int64_t amx_pad_pairs(uint32_t *restrict P2, int64_t ld, int64_t n, int64_t nl) {
+    const int64_t pairs = (n + 1) / 2, ks = ceil_div(pairs, 16);
+    for (int64_t c = pairs; c < 16 * ks; c++) memset(P2 + c * ld, 0, 4 * (size_t)nl);
+    return ks;
+}
 
 // C = A B over tiles, C (M x N fp32, row stride ldc bytes) zeroed first or loaded (accumulate), A
 // (M x 32 ks bf16, row stride lda bytes), B (16 ks pair rows x N, row stride ldb bytes): M and N
@@ -589,9 +595,7 @@ static void tile_qkT_amx(float *restrict S_T, const uint16_t *restrict K_j, cons
                          int64_t nl, int64_t D, float mul) {
     amx_mm((char *)S_T, 4 * BRF, (const char *)K_j, 2 * (size_t)D, (const char *)Q2, 4 * BRF, ceil_div(nk, 16) * 16, nl,
            D / 32, 0);
-    const __m512 m = _mm512_set1_ps(mul);
-    for (int64_t c = 0; c < nk; c++)
-        for (int64_t r = 0; r < nl; r += W) _mm512_storeu_ps(S_T + c * BRF + r, _mm512_mul_ps(m, _mm512_loadu_ps(S_T + c * BRF + r)));
+    amx_scale_rows(S_T, BRF, nk, nl, mul);
 }
 
 // r[i] = word j of row i <- word i of row j: a 16 x 16 transpose of 32-bit words (32-bit, then
@@ -667,8 +671,7 @@ static void tile_pv_amx(float *restrict O_T, const float *restrict alpha, const 
         for (int64_t d = 0; d < D; d++)
             for (int64_t r = 0; r < nl; r += W)
                 _mm512_storeu_ps(O_T + d * BRF + r, _mm512_mul_ps(_mm512_loadu_ps(O_T + d * BRF + r), _mm512_loadu_ps(alpha + r)));
-    const int64_t pairs = (nk + 1) / 2, ks = ceil_div(pairs, 16);
-    for (int64_t c = pairs; c < 16 * ks; c++) memset(P2 + c * BRF, 0, 4 * (size_t)nl);
+    const int64_t ks = amx_pad_pairs(P2, BRF, nk, nl);
     amx_mm((char *)O_T, 4 * BRF, (const char *)V2T, 128, (const char *)P2, 4 * BRF, D, nl, ks, 1);
 }
 #else
@@ -815,18 +818,14 @@ static void tile_qkT_rows_amx(float *restrict S, const uint16_t *restrict Q_i, c
                               int64_t nc, int64_t D, float mul) {
     amx_mm((char *)S, 4 * BCB, (const char *)Q_i, 2 * (size_t)D, (const char *)K2T, 4 * BCB, ceil_div(nq, 16) * 16, nc,
            D / 32, 0);
-    if (mul == 1.0f) return;
-    const __m512 m = _mm512_set1_ps(mul);
-    for (int64_t r = 0; r < nq; r++)
-        for (int64_t c = 0; c < nc; c += W) _mm512_storeu_ps(S + r * BCB + c, _mm512_mul_ps(m, _mm512_loadu_ps(S + r * BCB + c)));
+    if (mul != 1.0f) amx_scale_rows(S, BCB, nq, nc, mul);
 }
 
 // dX_j^T += X_i^T P_ij (tile_dkv_acc2 on tiles): XT2 = X_i^T by pairs of rows (tile_pair_rows_T),
 // P2 by pairs of rows (tile_pair_f32; its rows [ceil(nq / 2), 16 ceil(nq / 32)) zeroed here)
 static void tile_dkv_acc_amx(float *restrict dX_jT, const uint32_t *restrict XT2, uint32_t *restrict P2, int64_t nq,
                              int64_t nc, int64_t D) {
-    const int64_t pairs = (nq + 1) / 2, ks = ceil_div(pairs, 16);
-    for (int64_t c = pairs; c < 16 * ks; c++) memset(P2 + c * BCB, 0, 4 * (size_t)nc);
+    const int64_t ks = amx_pad_pairs(P2, BCB, nq, nc);
     amx_mm((char *)dX_jT, 4 * BCB, (const char *)XT2, 128, (const char *)P2, 4 * BCB, D, nc, ks, 1);
 }
 
