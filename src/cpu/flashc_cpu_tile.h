@@ -398,8 +398,9 @@ static void tile_pair_rows(uint32_t *restrict P2, int64_t ld, const uint16_t *sr
 #define FLASHC_CPU_BF16DOT 1
 // Whether the kernels take vdpbf16ps for bf16 (else they widen to fp32 at the tile loads). Not on
 // the AMX CPUs: there it runs at half the fp32 FMA's multiply-adds (the bench's ceilings on an
-// Intel Xeon with AMX, 2 threads: bf16 dot 201.6 GFLOP/s, fp32 FMA 401.9), and the bf16 backward
-// widened ran 1.37-1.41x faster (NOTES session 40). Their bf16 runs on the tiles where D % 32 == 0.
+// Intel Xeon with AMX, 2 threads: bf16 dot 206.3 GFLOP/s, fp32 FMA 410.2), and bf16 at D 80
+// widened ran 1.47-1.48x faster forward, 1.37-1.40x backward (bench/results/
+// cpu_intel-xeon-amx-2c_2026-12-06-s40-d80.txt). Their bf16 runs on the tiles where D % 32 == 0.
 #define FLASHC_CPU_DOT_KERNELS (!FLASHC_CPU_AMX)
 
 // C[0:MR][0:NV*W] = out_mul * sum_k pair(A, m, k) . B[k][lanes], or (accumulate) C diag(col_scale)
