@@ -1276,13 +1276,13 @@ int main(int argc, char **argv) {
     flashc_ctx *ctx = NULL, *ref = NULL;
     flashc_status st = flashc_ctx_create(&ctx, o.backend, o.threads);
     if (st != FLASHC_OK) {
-        fprintf(stderr, "flashc-bench: cannot create a %s context: %s%s\n", backend_name(o.backend),
-                flashc_status_string(st),
-                st == FLASHC_ERR_NO_BACKEND ? " (backend not compiled in, or no device present)" : "");
+        fprintf(stderr, "flashc-bench: cannot create a %s context: %s (%s)\n", backend_name(o.backend),
+                flashc_status_string(st), flashc_ctx_last_error(NULL));
         return 2;
     }
     if ((st = flashc_ctx_create(&ref, FLASHC_BACKEND_REF, 1)) != FLASHC_OK) {
-        fprintf(stderr, "flashc-bench: cannot create the reference context: %s\n", flashc_status_string(st));
+        fprintf(stderr, "flashc-bench: cannot create the reference context: %s (%s)\n", flashc_status_string(st),
+                flashc_ctx_last_error(NULL));
         return 2;
     }
     int is_cuda = ctx->backend == FLASHC_BACKEND_CUDA;

@@ -60,11 +60,21 @@ static const flashc_backend_ops *backend_ops(flashc_backend b) {
     }
 }
 
+// Why this thread's last flashc_ctx_create failed: there is no ctx to hold it (flashc_ctx_last_error(NULL)).
+static _Thread_local char create_err[sizeof ((flashc_ctx *)0)->err + 32]; // + the prefix
+
+static flashc_status create_fail(flashc_status st, const char *why) {
+    snprintf(create_err, sizeof create_err, "flashc_ctx_create: %s", why);
+    return st;
+}
+
 flashc_status flashc_ctx_create(flashc_ctx **out, flashc_backend backend, int n_threads) {
-    if (!out) return FLASHC_ERR_INVALID_ARG;
+    create_err[0] = 0;
+    if (!out) return create_fail(FLASHC_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    if (backend < FLASHC_BACKEND_AUTO || backend > FLASHC_BACKEND_CUDA || n_threads < 0)
-        return FLASHC_ERR_INVALID_ARG;
+    if (backend < FLASHC_BACKEND_AUTO || backend > FLASHC_BACKEND_CUDA)
+        return create_fail(FLASHC_ERR_INVALID_ARG, "backend is not a flashc_backend value");
+    if (n_threads < 0) return create_fail(FLASHC_ERR_INVALID_ARG, "n_threads < 0");
     if (backend == FLASHC_BACKEND_AUTO) {
         backend = FLASHC_BACKEND_CPU;
 #ifdef FLASHC_WITH_CUDA
@@ -72,10 +82,10 @@ flashc_status flashc_ctx_create(flashc_ctx **out, flashc_backend backend, int n_
 #endif
     }
     const flashc_backend_ops *ops = backend_ops(backend);
-    if (!ops) return FLASHC_ERR_NO_BACKEND;
+    if (!ops) return create_fail(FLASHC_ERR_NO_BACKEND, "this library was built without the CUDA backend");
 
     flashc_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return FLASHC_ERR_ALLOC;
+    if (!ctx) return create_fail(FLASHC_ERR_ALLOC, "cannot allocate the ctx");
     ctx->backend = backend;
     ctx->ops = ops;
     if (n_threads == 0) {
@@ -88,6 +98,7 @@ flashc_status flashc_ctx_create(flashc_ctx **out, flashc_backend backend, int n_
     if (ops->init) {
         flashc_status st = ops->init(ctx);
         if (st != FLASHC_OK) {
+            create_fail(st, ctx->err[0] ? ctx->err : flashc_status_string(st));
             free(ctx);
             return st;
         }
@@ -109,7 +120,9 @@ void flashc_ctx_free(flashc_ctx *ctx) {
 
 flashc_backend flashc_ctx_backend(const flashc_ctx *ctx) { return ctx ? ctx->backend : FLASHC_BACKEND_AUTO; }
 
-const char *flashc_ctx_last_error(const flashc_ctx *ctx) { return ctx ? ctx->err : "ctx is NULL"; }
+const char *flashc_ctx_last_error(const flashc_ctx *ctx) {
+    return ctx ? ctx->err : create_err[0] ? create_err : "ctx is NULL";
+}
 
 void flashc_fill_contiguous_strides(flashc_attn_desc *d) {
     if (!d) return;

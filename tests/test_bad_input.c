@@ -460,6 +460,30 @@ static void api_checks(void) {
         if (st == FLASHC_OK) flashc_ctx_free(ctx);
     }
 
+    // why a create failed, with no ctx to ask: flashc_ctx_last_error(NULL) names the cause
+    {
+        flashc_ctx *ctx = NULL;
+        const char *old = getenv("FLASHC_CPU_ISA");
+        char *saved = old ? strdup(old) : NULL;
+        setenv("FLASHC_CPU_ISA", "no-such-isa", 1);
+        st = flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, 1);
+        const char *why = flashc_ctx_last_error(NULL);
+        if (st == INV && !ctx && strstr(why, "FLASHC_CPU_ISA=no-such-isa"))
+            tc_pass("flashc_ctx_create with FLASHC_CPU_ISA=no-such-isa = invalid argument, last_error(NULL) \"%s\"", why);
+        else tc_fail("flashc_ctx_create with FLASHC_CPU_ISA=no-such-isa = %s, last_error(NULL) \"%s\"; want invalid "
+                     "argument naming FLASHC_CPU_ISA", flashc_status_string(st), why);
+        if (st == FLASHC_OK) flashc_ctx_free(ctx);
+        if (saved) setenv("FLASHC_CPU_ISA", saved, 1);
+        else unsetenv("FLASHC_CPU_ISA");
+        free(saved);
+        st = flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, 1);
+        why = flashc_ctx_last_error(NULL);
+        if (st == FLASHC_OK && !strcmp(why, "ctx is NULL"))
+            tc_pass("after a create that succeeds, last_error(NULL) = \"ctx is NULL\"");
+        else tc_fail("create = %s, then last_error(NULL) = \"%s\"; want ok and \"ctx is NULL\"", flashc_status_string(st), why);
+        flashc_ctx_free(ctx);
+    }
+
     // status strings: one distinct, non-empty text per code; unknown values get a text too
     static const flashc_status codes[] = {FLASHC_OK, FLASHC_ERR_INVALID_ARG, FLASHC_ERR_UNSUPPORTED, FLASHC_ERR_NO_BACKEND,
                                           FLASHC_ERR_ALLOC, FLASHC_ERR_WORKSPACE_SMALL, FLASHC_ERR_DEVICE, FLASHC_ERR_INTERNAL};
