@@ -190,8 +190,8 @@ FLASHC_API void          flashc_ctx_free(flashc_ctx *ctx); /* accepts NULL */
 FLASHC_API flashc_backend flashc_ctx_backend(const flashc_ctx *ctx); /* the resolved backend */
 /* The message of the last failed call on ctx: which argument, what was expected. "" if none.
  * Valid until the next call on ctx. With ctx NULL: why this thread's last flashc_ctx_create
- * failed (e.g. a FLASHC_CPU_ISA this CPU lacks, a CUDA error), valid until its next
- * flashc_ctx_create; "ctx is NULL" if that one did not fail. */
+ * failed (e.g. a FLASHC_CPU_ISA this CPU lacks, a CUDA error), valid in this thread until its
+ * next flashc_ctx_create; "ctx is NULL" if that one did not fail. */
 FLASHC_API const char   *flashc_ctx_last_error(const flashc_ctx *ctx);
 
 /* FLASHC_OK if the ctx's backend can run this problem (forward and backward; the forward alone for

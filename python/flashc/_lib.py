@@ -322,7 +322,7 @@ def get_ctx(backend, device=0):
         st = ctx_create(ctypes.byref(ptr), backend, 0)
         if st != OK:
             name = BACKEND_NAMES.get(backend, str(backend))
-            why = f"{status_string(st).decode()} ({ctx_last_error(None).decode()})"
+            why = f"{status_string(st).decode()} ({ctx_last_error(None).decode(errors='replace')})"
             raise _EXC.get(st, FlashcRuntimeError)(
                 st, f"flashc: cannot create a {name} context from {path}: {why}")
         c = ctxs[(backend, device)] = _Ctx(ptr.value)
