@@ -1,0 +1,126 @@
+// mufu_lab.cu -- how many 2^x results an SM's MUFU gives a clock, by the form of ex2: f32 (what every
+// softmax here uses) and the packed f16x2 / bf16x2 forms (two results an instruction, if the pipe
+// took them as one). The question (session 41): the e4m3 forward at D = 128 needs as many MUFU
+// clocks a key block as tensor clocks (NOTES s23), so a packed ex2 at one issue a pair would halve
+// its MUFU time, where the FMA-pipe polynomial (s26) cost more issue slots than it saved.
+// Answer (H100, bench/results/h100-2026-12-06-s41.txt): no. Every form gives 16 results a clock an
+// SM; ptxas splits a packed ex2 into two MUFU.EX2.F16 / .BF16, one a half.
+// One CTA of 1024 threads an SM (8 warps a scheduler: latency hidden), 8 independent chains a
+// thread, x <- 2^(-x) (stays in [0.5, 1]); thread 0 of each CTA times the loop by clock64.
+// Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o mufu_lab
+// Run:   ./mufu_lab   (then cuobjdump -sass mufu_lab | grep -c MUFU per kernel, to see the SASS form)
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ITERS 4096
+#define CHAINS 8
+
+enum { EX2_F32, EX2_F16X2, EX2_BF16X2, N_FORMS };
+static const char *form_name[N_FORMS] = {"ex2.approx.ftz.f32", "ex2.approx.f16x2", "ex2.approx.ftz.bf16x2"};
+static const int form_results[N_FORMS] = {1, 2, 2}; // 2^x results an instruction
+
+template <int FORM>
+__global__ void __launch_bounds__(1024, 1) ex2_loop(uint32_t *sink, long long *cycles) {
+    uint32_t v[CHAINS];
+#pragma unroll
+    for (int c = 0; c < CHAINS; c++) // 0.5 + a little, per lane and chain, in each form's encoding
+        v[c] = FORM == EX2_F32 ? 0x3f000000u + threadIdx.x + c : FORM == EX2_BF16X2 ? 0x3f003f01u : 0x38003801u + c;
+    __syncthreads();
+    const long long t0 = clock64();
+    for (int it = 0; it < ITERS; it++) {
+#pragma unroll
+        for (int c = 0; c < CHAINS; c++) {
+            if (FORM == EX2_F32) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
+            if (FORM == EX2_F16X2) asm volatile("ex2.approx.f16x2 %0, %0;" : "+r"(v[c]));
+            if (FORM == EX2_BF16X2) asm volatile("ex2.approx.ftz.bf16x2 %0, %0;" : "+r"(v[c]));
+            v[c] ^= FORM == EX2_F32 ? 0x80000000u : 0x80008000u; // x <- -2^x
+        }
+    }
+    __syncthreads();
+    const long long t1 = clock64();
+    uint32_t acc = 0;
+#pragma unroll
+    for (int c = 0; c < CHAINS; c++) acc ^= v[c];
+    if (acc == 0x12345678u) sink[0] = acc; // keeps the chains live
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
+// Accuracy of ex2.approx.f16x2 over x in [-25, 0] (every f16 there; the softmax feeds it x <= 0):
+// the largest relative error against exp2 in double, over results that are f16-normal (>= 2^-14),
+// and what it gives for 2^-20 (an f16 subnormal: kept, or flushed to 0?).
+__global__ void ex2_f16x2_sweep(const uint16_t *x, uint16_t *y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (2 * i + 1 >= n) return;
+    uint32_t h = (uint32_t)x[2 * i] | ((uint32_t)x[2 * i + 1] << 16);
+    asm("ex2.approx.f16x2 %0, %0;" : "+r"(h));
+    y[2 * i] = (uint16_t)h;
+    y[2 * i + 1] = (uint16_t)(h >> 16);
+}
+
+static double f16_value(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+static void sweep(void) {
+    enum { N = 32768 };
+    static uint16_t x[N], y[N];
+    int n = 0;
+    for (uint32_t h = 0x8000; h <= 0xce40 && n < N; h++) x[n++] = (uint16_t)h; // -0 .. -25
+    if (n & 1) x[n++] = 0x8000;
+    uint16_t *dx, *dy;
+    cudaMalloc(&dx, n * 2);
+    cudaMalloc(&dy, n * 2);
+    cudaMemcpy(dx, x, n * 2, cudaMemcpyHostToDevice);
+    ex2_f16x2_sweep<<<(n / 2 + 255) / 256, 256>>>(dx, dy, n);
+    cudaMemcpy(y, dy, n * 2, cudaMemcpyDeviceToHost);
+    double worst = 0, worst_x = 0, y20 = -1;
+    for (int i = 0; i < n; i++) {
+        const double xv = f16_value(x[i]), want = exp2(xv), got = f16_value(y[i]);
+        if (xv == -20.0) y20 = got;
+        if (want < ldexp(1, -14)) continue;
+        const double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel, worst_x = xv;
+    }
+    printf("ex2.approx.f16x2 over %d f16 x in [-25, 0]: max rel error %.3g (2^%.2f) at x = %g (normal results); "
+           "2^-0 -> %g; 2^-20 -> %g (%s)\n", n, worst, log2(worst), worst_x, f16_value(y[0]), y20,
+           y20 == 0 ? "flushed" : "subnormal kept");
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
+template <int FORM>
+static void run(int sms, uint32_t *sink, long long *cycles, long long *host) {
+    for (int rep = 0; rep < 3; rep++) { // the first launch warms up; the last one is reported
+        ex2_loop<FORM><<<sms, 1024>>>(sink, cycles);
+        cudaDeviceSynchronize();
+    }
+    cudaMemcpy(host, cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+    long long mx = 0;
+    for (int i = 0; i < sms; i++) mx = host[i] > mx ? host[i] : mx;
+    const double results = 1024.0 * ITERS * CHAINS * form_results[FORM];
+    printf("%-24s %8.2f results / clock / SM (%5.2f instructions / clock; slowest CTA %lld cycles)\n", form_name[FORM],
+           results / mx, results / form_results[FORM] / mx, mx);
+}
+
+int main(void) {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    uint32_t *sink;
+    long long *cycles, host[1024];
+    cudaMalloc(&sink, 4);
+    cudaMalloc(&cycles, sms * sizeof(long long));
+    run<EX2_F32>(sms, sink, cycles, host);
+    run<EX2_F16X2>(sms, sink, cycles, host);
+    run<EX2_BF16X2>(sms, sink, cycles, host);
+    sweep();
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        printf("CUDA error: %s\n", cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
