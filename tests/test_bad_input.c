@@ -55,7 +55,7 @@ static void setup_valid(setup *s, flashc_backend kind) {
     s->kind = kind;
     flashc_status st = flashc_ctx_create(&s->ctx, kind, 2);
     if (st != FLASHC_OK) {
-        printf("FAIL  flashc_ctx_create(%d) = %s\n", (int)kind, flashc_status_string(st));
+        printf("FAIL  flashc_ctx_create(%d) = %s (%s)\n", (int)kind, flashc_status_string(st), flashc_ctx_last_error(NULL));
         exit(1);
     }
     flashc_attn_desc *d = &s->d;

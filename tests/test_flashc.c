@@ -1652,7 +1652,8 @@ static void thread_checks(void) {
     for (int t = 0; t < 3; t++) {
         flashc_status st = flashc_ctx_create(&ctx[t], FLASHC_BACKEND_CPU, t + 1);
         if (st != FLASHC_OK) {
-            tc_fail("threads cpu: flashc_ctx_create(CPU, %d threads) = %s", t + 1, flashc_status_string(st));
+            tc_fail("threads cpu: flashc_ctx_create(CPU, %d threads) = %s (%s)", t + 1, flashc_status_string(st),
+                    flashc_ctx_last_error(NULL));
             for (int u = 0; u < t; u++) flashc_ctx_free(ctx[u]);
             return;
         }
@@ -2168,7 +2169,7 @@ static void nan_check(tbackend *be) {
 static void cpu_many_threads_check(void) {
     flashc_ctx *ctx = NULL;
     if (flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, 16) != FLASHC_OK) {
-        tc_fail("cpu16: flashc_ctx_create(CPU, 16 threads) failed");
+        tc_fail("cpu16: flashc_ctx_create(CPU, 16 threads) failed (%s)", flashc_ctx_last_error(NULL));
         return;
     }
     tbackend be = {.name = "cpu16", .ctx = ctx, .all_cases = 1};
@@ -2211,7 +2212,7 @@ static void open_backend(const char *name, flashc_backend kind, int all_cases) {
         return;
     }
     if (st != FLASHC_OK) {
-        tc_fail("%s: flashc_ctx_create = %s", name, flashc_status_string(st));
+        tc_fail("%s: flashc_ctx_create = %s (%s)", name, flashc_status_string(st), flashc_ctx_last_error(NULL));
         return;
     }
     if (flashc_ctx_backend(ctx) != kind) tc_fail("%s: flashc_ctx_backend = %d, want %d", name, (int)flashc_ctx_backend(ctx), (int)kind);

@@ -631,7 +631,8 @@ int main(int argc, char **argv) {
     if (ctx && strcmp(be, "ref")) {
         setenv("FLASHC_CUDA_CTAS", "3", 1);
         if (flashc_ctx_create(&ctx3, FLASHC_BACKEND_CUDA, 0) != FLASHC_OK) {
-            tc_fail("cuda-ctas3: flashc_ctx_create with FLASHC_CUDA_CTAS=3 failed: its reruns are lost");
+            tc_fail("cuda-ctas3: flashc_ctx_create with FLASHC_CUDA_CTAS=3 failed (%s): its reruns are lost",
+                    flashc_ctx_last_error(NULL));
             ctx3 = NULL;
         }
         unsetenv("FLASHC_CUDA_CTAS");

@@ -46,7 +46,7 @@ static int g_fuzz;            // --fuzz N: N random cases of each kind (kv_fuzz)
 static flashc_ctx *make_ctx(flashc_backend kind) {
     flashc_ctx *ctx = NULL;
     if (flashc_ctx_create(&ctx, kind, 2) != FLASHC_OK) {
-        printf("FAIL  flashc_ctx_create(%d)\n", (int)kind);
+        printf("FAIL  flashc_ctx_create(%d): %s\n", (int)kind, flashc_ctx_last_error(NULL));
         exit(1);
     }
     return ctx;
@@ -1415,7 +1415,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (cst != FLASHC_OK) {
-                tc_fail("cuda: flashc_ctx_create = %s", flashc_status_string(cst));
+                tc_fail("cuda: flashc_ctx_create = %s (%s)", flashc_status_string(cst), flashc_ctx_last_error(NULL));
                 continue;
             }
         } else {

@@ -102,7 +102,7 @@ static void fwd_memory(int S) {
     flashc_ctx *ctx;
     flashc_status st = flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, g_threads);
     if (st != FLASHC_OK) {
-        tc_fail("%s: flashc_ctx_create = %s", name, flashc_status_string(st));
+        tc_fail("%s: flashc_ctx_create = %s (%s)", name, flashc_status_string(st), flashc_ctx_last_error(NULL));
         return;
     }
     flashc_attn_desc d;
@@ -184,7 +184,7 @@ static void bwd_memory(int S) {
     if (st != FLASHC_OK) return;
     st = flashc_ctx_create(&ctx, FLASHC_BACKEND_CPU, g_threads);
     if (st != FLASHC_OK) {
-        tc_fail("%s: flashc_ctx_create = %s", name, flashc_status_string(st));
+        tc_fail("%s: flashc_ctx_create = %s (%s)", name, flashc_status_string(st), flashc_ctx_last_error(NULL));
         return;
     }
     size_t ws = flashc_bwd_workspace_size(ctx, &d);
