@@ -5,8 +5,9 @@
 // its MUFU time, where the FMA-pipe polynomial (s26) cost more issue slots than it saved.
 // Answer (H100, bench/results/h100-2026-12-06-s41.txt): no. Every form gives 16 results a clock an
 // SM; ptxas splits a packed ex2 into two MUFU.EX2.F16 / .BF16, one a half.
-// One CTA of 1024 threads an SM (8 warps a scheduler: latency hidden), 8 independent chains a
-// thread, x <- 2^(-x) (stays in [0.5, 1]); thread 0 of each CTA times the loop by clock64.
+// As many CTAs of 1024 threads as SMs (8 warps a scheduler: latency hidden; nothing forces one a
+// SM, but two on one SM would each read half the rate, and the slowest CTA is the one counted), 8
+// independent chains a thread, x <- 2^(-x) (stays in [0.5, 1]); thread 0 of each CTA times the loop by clock64.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o mufu_lab
 // Run:   ./mufu_lab   (then cuobjdump -sass mufu_lab | grep -c MUFU per kernel, to see the SASS form)
 #include <cuda_fp16.h>
@@ -25,7 +26,7 @@ template <int FORM>
 __global__ void __launch_bounds__(1024, 1) ex2_loop(uint32_t *sink, long long *cycles) {
     uint32_t v[CHAINS];
 #pragma unroll
-    for (int c = 0; c < CHAINS; c++) // 0.5 + a little, per lane and chain, in each form's encoding
+    for (int c = 0; c < CHAINS; c++) // about 0.5, in each form's encoding (values do not change the rate)
         v[c] = FORM == EX2_F32 ? 0x3f000000u + threadIdx.x + c : FORM == EX2_BF16X2 ? 0x3f003f01u : 0x38003801u + c;
     __syncthreads();
     const long long t0 = clock64();
