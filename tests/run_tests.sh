@@ -95,8 +95,17 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then i
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
     grep -qw avx512vl /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo; then
     isa_levels="$isa_levels avx512"
-    # AMX tiles for bf16 (the default where present: this names it where it is)
-    if grep -qw amx_bf16 /proc/cpuinfo && grep -qw amx_tile /proc/cpuinfo; then isa_levels="$isa_levels amx"; fi
+    # AMX tiles for bf16 (the default where present: this names it where it is). The CPU having
+    # them is not enough: Linux must grant the tile state (arch_prctl), or the library refuses the
+    # level; a probe (no case run) asks it, and a refusal is a skip with the library's reason.
+    if grep -qw amx_bf16 /proc/cpuinfo && grep -qw amx_tile /proc/cpuinfo; then
+        if [ ! -x "$BUILD/test_flashc" ] ||
+            probe=$(FLASHC_CPU_ISA=amx "$BUILD/test_flashc" --backend cpu --filter no-such-case 2>&1); then
+            isa_levels="$isa_levels amx"
+        else
+            echo "== CPU ISA amx skipped: the CPU has AMX, the library refuses it: $(echo "$probe" | grep -m1 FAIL)"
+        fi
+    fi
 fi
 echo "== CPU ISA levels here: $isa_levels"
 
