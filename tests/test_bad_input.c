@@ -547,7 +547,7 @@ int main(int argc, char **argv) {
         flashc_ctx *ctx = NULL;
         flashc_status st = flashc_ctx_create(&ctx, bes[b].kind, 1);
         if (st == FLASHC_ERR_NO_BACKEND && bes[b].kind == FLASHC_BACKEND_CUDA) {
-            printf("cuda: skipped (no device, or not compiled in)\n");
+            printf("cuda: skipped (%s)\n", flashc_ctx_last_error(NULL));
             continue;
         }
         if (st != FLASHC_OK) {

@@ -1410,8 +1410,8 @@ int main(int argc, char **argv) {
         if (kinds[bi] == FLASHC_BACKEND_CUDA) {
             flashc_status cst = flashc_ctx_create(&ctx, FLASHC_BACKEND_CUDA, 0);
             if (cst == FLASHC_ERR_NO_BACKEND) { // asked for by name (gpu.sh): 0 checks must not read as a pass
-                if (g_backend) tc_fail("cuda: --backend cuda, but the backend is unavailable (not compiled in, or no device)");
-                else printf("cuda: skipped (not compiled in, or no device)\n");
+                if (g_backend) tc_fail("cuda: --backend cuda, but the backend is unavailable (%s)", flashc_ctx_last_error(NULL));
+                else printf("cuda: skipped (%s)\n", flashc_ctx_last_error(NULL));
                 continue;
             }
             if (cst != FLASHC_OK) {
