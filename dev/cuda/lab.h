@@ -17,14 +17,16 @@
         }                                                                                                 \
     } while (0)
 
-// x[0 .. n) = a hash of (index, seed), uniform in [-amp, amp): inputs that cost no host copy.
-__global__ void lab_fill(__nv_bfloat16 *x, size_t n, uint32_t seed, float amp) {
+// x[0 .. n) = a hash of (index, seed), uniform in [-amp, amp) and rounded to T (bf16, e4m3):
+// inputs that cost no host copy.
+template <typename T>
+__global__ void lab_fill(T *x, size_t n, uint32_t seed, float amp) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = (uint32_t)i * 2654435761u ^ seed;
         h ^= h >> 15;
         h *= 2246822519u;
         h ^= h >> 13;
-        x[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f * 2.f - 1.f) * amp);
+        x[i] = T(((h & 0xffffff) / 16777216.0f * 2.f - 1.f) * amp);
     }
 }
 

@@ -40,6 +40,10 @@
 #ifndef FLASHC_FWD_TRACE
 #define FLASHC_FWD_TRACE(wg, unit, event) do {} while (0)
 #endif
+// and of its key loop (consumer c, its Q tile count, key block t of the tile; the same lab)
+#ifndef FLASHC_FWD_STEP
+#define FLASHC_FWD_STEP(c, unit, t, event) do {} while (0)
+#endif
 
 // Accumulator element i of thread lane l (within its warp) sits at row 8 ((i >> 1) & 1) + l / 4
 // of the warp's 16 rows, column 8 (i >> 2) + 2 (l % 4) + (i & 1) (HOPPER-NOTES 1.6).
@@ -1010,13 +1014,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 const int pst = (kv + t - 1) % STAGES, pph = ((kv + t - 1) / STAGES) & 1; // block t - 1 (t > 0)
                 const int n0 = (nb_max - 1 - t) * BN;
                 float S[BN / 2];
+                FLASHC_FWD_STEP(c, qi - 1, t, 0);
                 mbar_wait(fullK + 8 * st, ph);
+                FLASHC_FWD_STEP(c, qi - 1, t, 1);
                 if (t == 1 && v0_cp) { // V_0 landed by cp.async: visible to this thread's wgmma (no wgmma in flight here)
                     mbar_wait(fullV + 8 * pst, pph);
                     fence_proxy_async_smem();
                 }
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 7);
                 bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
+                FLASHC_FWD_STEP(c, qi - 1, t, 2);
                 wgmma_fence();
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 2);
                 if constexpr (QR)
@@ -1033,6 +1040,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                     wgmma_wait<0>();
                 }
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 3);
+                FLASHC_FWD_STEP(c, qi - 1, t, 3);
                 if ((tid & 127) == 0) mbar_arrive(emptyK + 8 * st); // S_ij is done with K_j
                 // ... and this was the tile's last read of Q_i: the next Q_i may land in sQ (so this
                 // kernel never stages O_i there: sm90_fwd_store_tma has its own O tile). Every thread
@@ -1045,10 +1053,13 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 if (!(n0 >= full_lo && n0 + BN <= full_hi)) sm90_scores_mask<BN>(S, p.a, s, row0, n0 + lane_col);
                 float alpha[2] = {1.f, 1.f};
                 const bool rescale = sm90_softmax<T, BN>(S, m_i, l_i, alpha, sl2);
+                FLASHC_FWD_STEP(c, qi - 1, t, 4);
 
                 wgmma_wait<0>(); // the PV of block t - 1 is done: O_i may be rescaled, P overwritten
+                FLASHC_FWD_STEP(c, qi - 1, t, 5);
                 if (t > 0 && (tid & 127) == 0) mbar_arrive(emptyV + 8 * pst);
                 sm90_rescale_pack<T, D, BN>(O, P, S, rescale, alpha);
+                FLASHC_FWD_STEP(c, qi - 1, t, 6);
             }
 
             FLASHC_FWD_TRACE(1 + c, qi - 1, 4);
