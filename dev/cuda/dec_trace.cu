@@ -67,7 +67,6 @@ static void run(int B, int Sk) {
     p.q_stride[2] = p.o_stride[2] = D;
     p.k_stride[0] = p.v_stride[0] = (int64_t)Sk * Hkv * D, p.k_stride[1] = p.v_stride[1] = (int64_t)Hkv * D;
     p.k_stride[2] = p.v_stride[2] = D;
-    p.for_kvcache = 1;
     flashc_kvcache_args a;
     memset(&a, 0, sizeof a);
     a.q = q, a.k_cache = k, a.v_cache = v, a.o = o, a.lse = lse;
