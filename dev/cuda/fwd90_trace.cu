@@ -38,7 +38,9 @@ static unsigned long long h_trace[TR_CTAS][4][TR_UNITS][8];
 static unsigned long long h_step[TR_CTAS][3][TR_STEPS][8];
 
 // The key loop's phases (FLASHC_FWD_STEP events 0 top, 1 K_j landed, 2 turn, 3 S_ij done, 4 softmax
-// done, 5 PV done, 6 P packed; next top), mean cycles over blocks 2 .. of every CTA's second tile
+// done, 5 PV done, 6 P packed; next top), mean cycles over blocks 2 .. of every CTA's second tile.
+// ptxas schedules the wait for PV_t-1 right after the row max (NOTES s42), so most of that wait
+// falls in "softmax", and "PV wait" is what is left of it (the stamps' own cost, mostly).
 static void print_steps(int NWG) {
     const char *name[] = {"K_j wait", "turn wait", "issue + S wait", "softmax", "PV wait", "rescale + pack", "to next",
                           "block"};
