@@ -6,7 +6,9 @@
 #      and the KV-cache / merge tests (build/test_kvcache --backend cuda: paged, splits, rotary) and
 #      the e4m3 forward (build/test_fp8 --backend cuda), then random cases of both (--fuzz, a new
 #      seed each run: FUZZ_SEED=N reruns one)
-#   3. the Python tests on the GPU (FLASHC_REQUIRE_CUDA=1 pytest python/tests, or PYTEST_ARGS)
+#   3. the Python tests on the GPU (FLASHC_REQUIRE_CUDA=1 pytest python/tests, or PYTEST_ARGS), then
+#      the forward at training shapes on every SM into a NaN-poisoned O (dev/cuda/poison_fwd.py: the
+#      test programs' cases are small, mostly one tile a CTA; session 42's pn variant passed them)
 #   4. the benchmark beside SDPA FLASH / CUDNN and the GEMM ceiling (bench/bench_gpu.py), which
 #      writes bench/results/<gpu>-<date>-cuda.jsonl, then its decode shapes (--decode) unless
 #      BENCH_DECODE=0
@@ -116,6 +118,11 @@ if want python; then
     t=$?
     [ $t -ne 0 ] && rc=1 && grep -E "FAILED|Error" "$LOG/python.log" | head -10 | tee -a "$SUMMARY"
     note "python (cuda): $(tail -1 "$LOG/python.log") [exit $t, $(( $(date +%s) - start )) s; log python.log]"
+    start=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout 300 python3 dev/cuda/poison_fwd.py "$PWD/$BUILD/libflashc.so" --runs 3 >"$LOG/poison.log" 2>&1
+    t=$?
+    [ $t -ne 0 ] && rc=1 && grep -v " 0/3 runs with NaN in O, 0 in" "$LOG/poison.log" | head -10 | tee -a "$SUMMARY"
+    note "poison_fwd (cuda, 12 training shapes, 3 runs each): $(grep -c " 0/3 runs with NaN in O, 0 in" "$LOG/poison.log") of 12 free of NaN [exit $t, $(( $(date +%s) - start )) s; log poison.log]"
 fi
 
 

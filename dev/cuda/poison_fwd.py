@@ -4,8 +4,10 @@ with NaN, many times, against torch SDPA in fp32: which builds leave elements un
 sizes the test suite's cases do not reach (session 42: a variant that passed test_flashc --quick
 left NaN in every D = 128, S = 2048 / 4096 forward).
 
-Usage (on the device, after sh dev/cuda/carry.sh unpack): python3 dev/cuda/poison_fwd.py NAME [NAME ...]
-  NAME: a build under /tmp/x (main, or a pending patch's name); --dims 128,64 --seqlens 4096,2048,16384 --runs 40
+Usage: python3 dev/cuda/poison_fwd.py BUILD [BUILD ...] [--dims 128,64] [--seqlens 4096,2048,16384] [--runs 40]
+  BUILD: a libflashc.so path, or a name under /tmp/x (sh dev/cuda/carry.sh unpack: main, a pending
+  patch's name). Exit status 1 if any run left a NaN in O or the LSE (scripts/gpu.sh's python step runs it on
+  the build it tests, at every SM: the test programs' cases are small and mostly one tile a CTA).
 """
 import argparse
 import os
@@ -21,16 +23,19 @@ import bench_gpu as bg  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("names", nargs="+")
+    ap.add_argument("names", nargs="+", metavar="BUILD")
     ap.add_argument("--dims", default="128,64")
     ap.add_argument("--seqlens", default="4096,2048,16384")
     ap.add_argument("--runs", type=int, default=40)
     args = ap.parse_args()
     libs = {}
-    for name in args.names:  # a copy under its own name each, so that the loader keeps them apart
+    for i, build in enumerate(args.names):  # a copy under its own name each, so that the loader keeps them apart
+        src = build if build.endswith(".so") else f"/tmp/x/{build}/libflashc.so"
+        name = build if not build.endswith(".so") else f"lib{i}"
         p = os.path.join(tempfile.mkdtemp(), f"libflashc_{name}.so")
-        shutil.copy(f"/tmp/x/{name}/libflashc.so", p)
+        shutil.copy(src, p)
         libs[name] = bg.Flashc(p)
+    failed = 0
     torch.manual_seed(0)
     for D in (int(x) for x in args.dims.split(",")):
         for S in (int(x) for x in args.seqlens.split(",")):
@@ -39,22 +44,26 @@ def main():
                 q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 ref = torch.nn.functional.scaled_dot_product_attention(
                     *(t.transpose(1, 2).float() for t in (q, k, v)), is_causal=causal).transpose(1, 2)
-                lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
                 for name, fc in libs.items():
                     d = fc.desc(B, S, H, D, causal)
-                    bad, worst, tiles = 0, 0.0, set()
+                    bad, bad_lse, worst, tiles = 0, 0, 0.0, set()
                     for _ in range(args.runs):
                         o = torch.full((B, S, H, D), float("nan"), device="cuda", dtype=torch.bfloat16)
+                        lse = torch.full((B, H, S), float("nan"), device="cuda", dtype=torch.float32)
                         fc.fwd(d, q, k, v, o, lse)
                         torch.cuda.synchronize()
                         nan = o.isnan()
                         if nan.any():
                             bad += 1
                             tiles.update((int(r[0]), int(r[1]) // 128, int(r[2])) for r in nan.nonzero()[:2000:50])
+                        bad_lse += int(lse.isnan().any())
+                        failed |= bad > 0 or bad_lse > 0
                         worst = max(worst, (o.float() - ref).abs().nan_to_num(0).max().item())
                     print(f"{name:5s} D={D} S={S:5d} causal={int(causal)}: {bad}/{args.runs} runs with NaN in O, "
-                          f"max|O - ref| {worst:.2e}, tiles (b, 128-row block, h) e.g. {sorted(tiles)[:6]}", flush=True)
+                          f"{bad_lse} in the LSE, max|O - ref| {worst:.2e}, tiles (b, 128-row block, h) e.g. "
+                          f"{sorted(tiles)[:6]}", flush=True)
+    return int(failed)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
