@@ -57,8 +57,8 @@ def main():
                             bad += 1
                             tiles.update((int(r[0]), int(r[1]) // 128, int(r[2])) for r in nan.nonzero()[:2000:50])
                         bad_lse += int(lse.isnan().any())
-                        failed |= bad > 0 or bad_lse > 0
                         worst = max(worst, (o.float() - ref).abs().nan_to_num(0).max().item())
+                    failed |= bad > 0 or bad_lse > 0
                     print(f"{name:5s} D={D} S={S:5d} causal={int(causal)}: {bad}/{args.runs} runs with NaN in O, "
                           f"{bad_lse} in the LSE, max|O - ref| {worst:.2e}, tiles (b, 128-row block, h) e.g. "
                           f"{sorted(tiles)[:6]}", flush=True)
