@@ -838,9 +838,9 @@ static __device__ __forceinline__ void sm90_fwd_ragged_warp(const flashc_fwd_par
 // (1.07x); S = 2048 1.00-1.06x; S = 16384 0.99-1.02x. (A record with no key blocks holds the Q slot
 // until every consumer has read it, so the next tile's loads wait for the previous epilogue:
 // masked tiles only.)
-// The consumers take turns issuing wgmmas (named barriers 8 + c), across tiles too: the last
-// consumer hands consumer 0 the next tile's first turn right after its last PV, so that consumer
-// 0's first S_ij runs under the others' last PV and epilogue. H200, one process (dev/cuda/ab.py,
+// The consumers take turns issuing wgmmas (named barriers 8 + c; not at e4m3, TURNS below), across
+// tiles too: the last consumer hands consumer 0 the next tile's first turn right after its last PV,
+// so that consumer 0's first S_ij runs under the others' last PV and epilogue. H200, one process (dev/cuda/ab.py,
 // bench/results/h200-2026-12-01-s9-fwd-early.txt), against handing it over after the epilogue:
 // 1.00-1.09x at S = 512-2048 (causal D = 64 1.04-1.09x, e4m3 D = 128 1.02-1.05x), 0.98-1.02x at
 // 4096-16384. (A second Q_i slot, so that the producer runs a whole tile ahead, showed nothing in
@@ -851,6 +851,15 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = NWG * 64, ES = sm90_elem<T>::ES;
     constexpr bool FP8 = sm90_elem<T>::FP8;
+    // The consumers take turns issuing their wgmmas (FA3's ping-pong: named barriers 8 + c), but not
+    // at e4m3, where a key block's softmax (~1.9k cycles, fwd90_trace --steps) outlasts the other
+    // consumer's GEMMs (768 tensor clocks at D = 128; NOTES s42), so turns only add waits: H100,
+    // one process against the turns, bench/results/h100-2026-12-06-s42.txt calls 11-12, D = 128
+    // 1.008-1.014x (12 of 12 rows, S 1k-16k, causal and not), D = 256 0.999-1.007x
+    // (racecheck and memcheck clean, s43). At bf16 / f16 the turns pay: without them D = 64 read
+    // 0.90-1.03x (ptxas spilled 204 bytes in the 3-consumer tile), D = 128 0.98-1.01x
+    // (bench/results/h100-2026-12-06-s43.txt call 1).
+    constexpr bool TURNS = !FP8;
     // Q_i in registers: S = Q_i K_j^T reads only K_j from shared memory (wgmma_rs_k; per k-step 4 KB
     // instead of 6), and the Q slot is free for the next Q_i from the tile's start. H200, one process
     // against SS (bench/results/h200-2026-12-03-s26.txt call 6, outputs bit-identical): D = 128
@@ -1004,7 +1013,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 sm90_load_afrag<D, BM>(Qa, sQ, 64 * c, warp, lane);
                 mbar_arrive(emptyQ); // Q_i is in registers (every thread: it has read the record too)
             }
-            if (c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first
+            if (TURNS && c == NWG - 1 && qi == 0) bar_arrive(8, 256); // consumer 0 issues first
             FLASHC_FWD_TRACE(1 + c, qi, 1);
             qi++;
 
@@ -1022,7 +1031,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                     fence_proxy_async_smem();
                 }
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 7);
-                bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
+                if (TURNS) bar_sync(8 + c, 256); // the previous consumer has issued its wgmmas
                 FLASHC_FWD_STEP(c, qi - 1, t, 2);
                 wgmma_fence();
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 2);
@@ -1033,10 +1042,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
                 if (t > 0) {
                     mbar_wait(fullV + 8 * pst, pph);
                     sm90_issue_pv<T, D, BN>(O, P, sV0 + pst * KV_BYTES);
-                    bar_arrive(8 + (c + 1) % NWG, 256); // the next consumer may issue
+                    if (TURNS) bar_arrive(8 + (c + 1) % NWG, 256); // the next consumer may issue
                     wgmma_wait<1>();
                 } else {
-                    bar_arrive(8 + (c + 1) % NWG, 256);
+                    if (TURNS) bar_arrive(8 + (c + 1) % NWG, 256);
                     wgmma_wait<0>();
                 }
                 if (t == 0) FLASHC_FWD_TRACE(1 + c, qi - 1, 3);
@@ -1067,10 +1076,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             const int lst = (kv + n_blocks - 1) % STAGES, lph = ((kv + n_blocks - 1) / STAGES) & 1;
             mbar_wait(fullV + 8 * lst, lph);
             if (n_blocks == 1 && v0_cp) fence_proxy_async_smem();
-            bar_sync(8 + c, 256);
+            if (TURNS) bar_sync(8 + c, 256);
             wgmma_fence();
             sm90_issue_pv<T, D, BN>(O, P, sV0 + lst * KV_BYTES);
-            bar_arrive(8 + (c + 1) % NWG, 256); // the last consumer: to consumer 0, for the next tile
+            if (TURNS) bar_arrive(8 + (c + 1) % NWG, 256); // the last consumer: to consumer 0, for the next tile
             wgmma_wait<0>();
             if ((tid & 127) == 0) mbar_arrive(emptyV + 8 * lst);
             FLASHC_FWD_TRACE(1 + c, qi - 1, 5);
@@ -1094,7 +1103,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             sm90_fwd_store_regs<T, D, BM>(p, w2.s, w2.b, w2.h, w2.m0, c, O, m_i, l_i);
         FLASHC_FWD_TRACE(1 + c, qi - 1, 6);
     }
-    if (c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
+    if (TURNS && c == 0 && qi > 0) bar_sync(8, 256); // the last consumer's hand-over after the last tile
     if (O_BYTES > 0 && (tid & 127) == 0) bulk_wait_all(); // this warpgroup's last O_i store is done
 #endif
 }
