@@ -36,6 +36,31 @@ run() { # LABEL LOG CMD...: the command's last line beside its label ($n: the bu
     echo "$n $label: $(tail -n 1 "$log") [exit $rc]" | tee -a "$out/summary.txt"
 }
 
+# A variant's worktree starts from main's objects (build-obj, just built), touched so that make
+# takes them as new; then every object whose source includes a file the patch changed is removed,
+# and the library and test programs, so that only those are rebuilt. The Makefile makes every CUDA
+# object depend on every header, so a fresh worktree rebuilt all 41 objects; a patch to the
+# forward's header now rebuilds 8 (session 43: main and two such variants packed in 5 min here).
+seed_objects() { # TREE
+    changed=$(git -C "$1" diff --name-only HEAD "$(git rev-parse HEAD)")
+    cp -a build-obj "$1/"
+    find "$1/build-obj" -type f -exec touch {} +
+    rm -f "$1"/build-obj/libflashc.* "$1"/build-obj/test_* "$1"/build-obj/tests/*.o
+    for o in $(cd build-obj && find src -name '*.o'); do
+        src=${o%.o}.cu
+        [ -e "$src" ] || src=${o%.o}.c
+        case $src in # its files, one a line, relative to the repo (nvcc writes src/cuda/inst/../x.cuh)
+        *.cu) deps=$(nvcc -M -std=c++17 -DFLASHC_BUILD -Isrc -Iinclude "$src") ;;
+        *) deps=$(cc -MM -DFLASHC_BUILD -DFLASHC_WITH_CUDA -Isrc -Iinclude "$src") ;;
+        esac
+        deps=$(echo "$deps" | tr -s ' \\' '\n\n' | grep -v -e ':$' -e '^$' | xargs realpath -m --relative-to=.)
+        for f in $changed; do
+            echo "$deps" | grep -qxF "$f" && rm -f "$1/build-obj/$o"
+        done
+    done
+    echo "$1: $(find "$1/build-obj/src" -name '*.o' | wc -l) of $(find build-obj/src -name '*.o' | wc -l) objects kept from main"
+}
+
 case "${1:-}" in
 pack)
     rm -rf build-gpu/pack build-gpu/carry
@@ -47,6 +72,7 @@ pack)
         [ -d "$tree" ] && git worktree remove --force "$tree"
         git worktree add -q --detach "$tree" HEAD
         git -C "$tree" am -q -3 "$PWD/$p"
+        seed_objects "$tree"
         sh dev/cuda/carry.sh add "$n" "$tree"
     done
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude dev/cuda/readbw.cu -o build-gpu/carry/readbw
