@@ -162,7 +162,36 @@ DEC_INLINE void pf_step(pf_cursor *pc, int64_t n) {
 // pf_per_key lines of the next block are prefetched (pc may be NULL).
 DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, float *restrict S, const float *restrict Q,
                         int64_t Dp, const char *const *kp, int64_t nk, int64_t Dv, pf_cursor *pc, int64_t pf_per_key) {
-    for (int64_t c = 0; c < nk; c++) {
+    int64_t c = 0;
+    // A full tile of bf16 pairs takes two keys at a time: each Q vector is loaded once for both, and
+    // a key pair's two sets of 4 chains overlap. AVX2 (MODE_PAIR's ISA), AMD EPYC Zen 3, alternating
+    // runs against one key at a time (bench/results/decode-cpu_amd-epyc-avx2-2c_2026-12-06-s43-qk2.txt):
+    // 1 thread, kv 2k (cache-resident) min 0.881-0.902 against 0.896-0.944 ms; the decode bar's
+    // shape (2 threads, kv 64k) 17.5-17.9 against 16.9-17.4 GB/s.
+    if (pair && mr == MR && Dv % (2 * W) == 0)
+        for (; c + 2 <= nk; c += 2) {
+            const char *K_0 = kp[c], *K_1 = kp[c + 1];
+            if (pc) pf_step(pc, 2 * pf_per_key);
+            FLASHC_VF32 a[MR], b[MR];
+            DEC_UNROLL for (int r = 0; r < MR; r++) a[r] = b[r] = FLASHC_VF32_ZERO();
+            for (int64_t d = 0; d < Dv; d += 2 * W) {
+                FLASHC_VF32 x0, x1, y0, y1;
+                load_pair_bf16(K_0, d, &x0, &x1);
+                load_pair_bf16(K_1, d, &y0, &y1);
+                DEC_UNROLL for (int r = 0; r < MR; r++) {
+                    const FLASHC_VF32 q0 = FLASHC_VF32_LOAD(Q + r * Dp + d), q1 = FLASHC_VF32_LOAD(Q + r * Dp + d + W);
+                    a[r] = FLASHC_VF32_FMA(x0, q0, a[r]);
+                    b[r] = FLASHC_VF32_FMA(y0, q0, b[r]);
+                    a[r] = FLASHC_VF32_FMA(x1, q1, a[r]);
+                    b[r] = FLASHC_VF32_FMA(y1, q1, b[r]);
+                }
+            }
+            float s4[4], t4[4];
+            hsum4(a[0], a[1], a[2], a[3], s4);
+            hsum4(b[0], b[1], b[2], b[3], t4);
+            DEC_UNROLL for (int r = 0; r < MR; r++) S[r * BC + c] = s4[r], S[r * BC + c + 1] = t4[r];
+        }
+    for (; c < nk; c++) {
         const char *K_c = kp[c];
         if (pc) pf_step(pc, pf_per_key);
         FLASHC_VF32 a0[MR], a1[MR];
