@@ -54,9 +54,7 @@ seed_objects() { # TREE
         *) deps=$(cc -MM -DFLASHC_BUILD -DFLASHC_WITH_CUDA -Isrc -Iinclude "$src") ;;
         esac
         deps=$(echo "$deps" | tr -s ' \\' '\n\n' | grep -v -e ':$' -e '^$' | xargs realpath -m --relative-to=.)
-        for f in $changed; do
-            echo "$deps" | grep -qxF "$f" && rm -f "$1/build-obj/$o"
-        done
+        echo "$deps" | grep -qxF "$changed" && rm -f "$1/build-obj/$o" # (each changed file a pattern)
     done
     echo "$1: $(find "$1/build-obj/src" -name '*.o' | wc -l) of $(find build-obj/src -name '*.o' | wc -l) objects kept from main"
 }
