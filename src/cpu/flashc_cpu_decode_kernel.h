@@ -36,10 +36,13 @@
 // horizontal reductions (once per key or per block, outside the FMA chains)
 
 #if FLASHC_ISA == FLASHC_ISA_AVX2 || FLASHC_ISA == FLASHC_ISA_AVX512
+// a vector's two 256-bit halves folded by add / max (AVX2: the vector itself)
 #if FLASHC_ISA == FLASHC_ISA_AVX512
 DEC_INLINE __m256 dec_half(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
+DEC_INLINE __m256 dec_half_max(__m512 a) { return _mm256_max_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
 #else
 DEC_INLINE __m256 dec_half(__m256 a) { return a; }
+DEC_INLINE __m256 dec_half_max(__m256 a) { return a; }
 #endif
 // out[r] = the sum of the lanes of a_r, r < 4: three hadds give [a0 a1 a2 a3 | a0 a1 a2 a3] partial
 // sums of each 128-bit half, one add folds the halves
@@ -48,6 +51,21 @@ DEC_INLINE void hsum4(FLASHC_VF32 a0, FLASHC_VF32 a1, FLASHC_VF32 a2, FLASHC_VF3
     __m256 t = _mm256_hadd_ps(t0, t1);
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
+// the lane max and lane sum of one vector by shuffles, each a chain of 3 steps instead of a store
+// and W - 1 (softmax_rows, 4 rows a block: decode 0.833-0.839 ms against 0.852-0.857, AVX2, kv 2k,
+// the file pv_tile names)
+DEC_INLINE float hmax(FLASHC_VF32 a) {
+    const __m256 h = dec_half_max(a);
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+DEC_INLINE float hsum(FLASHC_VF32 a) {
+    const __m256 h = dec_half(a);
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
 #else
 DEC_INLINE void hsum4(FLASHC_VF32 a0, FLASHC_VF32 a1, FLASHC_VF32 a2, FLASHC_VF32 a3, float *out) {
     out[0] = a0;
@@ -55,22 +73,9 @@ DEC_INLINE void hsum4(FLASHC_VF32 a0, FLASHC_VF32 a1, FLASHC_VF32 a2, FLASHC_VF3
     out[2] = a2;
     out[3] = a3;
 }
+static inline float hmax(FLASHC_VF32 a) { return a; }
+static inline float hsum(FLASHC_VF32 a) { return a; }
 #endif
-
-static inline float hmax(FLASHC_VF32 a) {
-    float t[W], x;
-    FLASHC_VF32_STORE(t, a);
-    x = t[0];
-    for (int i = 1; i < W; i++) x = t[i] > x ? t[i] : x;
-    return x;
-}
-
-static inline float hsum(FLASHC_VF32 a) {
-    float t[W], x = 0.0f;
-    FLASHC_VF32_STORE(t, a);
-    for (int i = 0; i < W; i++) x += t[i];
-    return x;
-}
 
 // W elements d .. d + W - 1 of a row of dtype dt, as fp32 (dt is a constant at every call)
 DEC_INLINE FLASHC_VF32 load_elems(const char *row, int64_t d, flashc_dtype dt) {
@@ -219,10 +224,12 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
 }
 
 // O_r = alpha_r O_r + sum_c P[r][c] V_c for rows r < mr (Alg. 1 line 10), nch vectors of D per pass:
-// mr * nch accumulators in registers while the nk keys stream.
+// mr * nch accumulators in registers while the nk keys stream, last key first when rev. The pass's
+// share of the next block's lines (pc->left) is prefetched before its keys, which leaves the key
+// loop without a branch.
 DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp, int64_t d,
                         const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
-                        pf_cursor *pc, int64_t pf_per_key) {
+                        pf_cursor *pc, const int rev) {
     FLASHC_VF32 o[4][MR];
     DEC_UNROLL for (int r = 0; r < MR; r++) {
         if (r < mr) {
@@ -230,8 +237,9 @@ DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, cons
             DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) o[u][r] = FLASHC_VF32_MUL(FLASHC_VF32_LOAD(O + r * Dp + d + u * W), al);
         }
     }
-    for (int64_t c = 0; c < nk; c++) {
-        if (pc) pf_step(pc, pf_per_key);
+    if (pc) pf_step(pc, pc->left);
+    for (int64_t cc = 0; cc < nk; cc++) {
+        const int64_t c = rev ? nk - 1 - cc : cc;
         FLASHC_VF32 v[4];
         if (nch == 1) v[0] = load_elems(vp[c], d, dt);
         if (nch >= 2) load_two(vp[c], d, dt, pair, &v[0], &v[1]);
@@ -252,16 +260,31 @@ DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, cons
 
 DEC_INLINE void pv_tile(const int mr, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp,
                         const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
-                        int64_t Dv, pf_cursor *pc, int64_t pf_per_key) {
-    // 8 chains: 4 rows x 2 vectors, or (1-2 rows) x 4 vectors; the next block's V lines are
-    // prefetched during the first pass. Pairs of bf16 vectors stay together (Dv % 2W == 0 then).
+                        int64_t Dv, pf_cursor *pc) {
+    // 8 chains: 4 rows x 2 vectors, or (1-2 rows) x 4 vectors. Pairs of bf16 vectors stay together
+    // (Dv % 2W == 0 then). Measured on AVX2, Zen 3 (1 thread, kv 2k, min of 201 runs, alternating:
+    // bench/results/decode-cpu_amd-epyc-avx2-2c_2026-12-06-s44.txt):
+    // - The next block's V lines (pc may be NULL) are spread over the passes, an equal share each,
+    //   issued before each pass's keys. All in the first pass (~5 cycles a key at 4 rows) came 4
+    //   prefetches a key, more than the misses in flight allow: 0.847-0.854 ms against 0.881-0.882.
+    // - Every other pass runs its keys backwards. At 4 rows a pass reads half of each 64-byte line
+    //   of bf16 V_j, the next pass the other half; rows 2 KiB apart (8 kv heads x D = 128) share 2
+    //   of the L1's sets, 16 lines for 32 keys, so a forward pass found every line evicted and a
+    //   backward one finds the last 16: 0.818-0.833 ms against 0.834-0.860.
     const int nch = mr <= 2 ? 4 : 2;
-    int64_t d = 0;
-    for (; d + nch * W <= Dv; d += nch * W)
-        pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
-    for (; pair && d < Dv; d += 2 * W)
-        pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
-    for (; d < Dv; d += W) pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, d == 0 ? pc : NULL, pf_per_key);
+    const int64_t full = Dv / (nch * W), rest = Dv - full * nch * W;
+    const int64_t np = full + (pair ? rest / (2 * W) : rest / W); // passes
+    for (int64_t d = 0, i = 0; d < Dv; i++) {
+        const int64_t left = pc ? pc->left : 0, share = (left + np - i - 1) / (np - i);
+        if (pc) pc->left = share;
+        if (d + nch * W <= Dv) {
+            if (i % 2) pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, 1);
+            else pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, 0);
+            d += nch * W;
+        } else if (pair) pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, 0), d += 2 * W;
+        else pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, pc, 0), d += W;
+        if (pc) pc->left += left - share;
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -396,7 +419,8 @@ DEC_INLINE void tile_pv(const int mr, const flashc_dtype dt, const int mode, flo
         return;
     }
 #endif
-    pv_tile(mr, dt, mode == MODE_PAIR, O, Dp, P, alpha, vp, nk, Dv, pc, pf_per_key);
+    (void)pf_per_key;
+    pv_tile(mr, dt, mode == MODE_PAIR, O, Dp, P, alpha, vp, nk, Dv, pc);
 }
 
 // ------------------------------------------------------------------------------------------------
