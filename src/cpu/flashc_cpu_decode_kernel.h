@@ -152,7 +152,7 @@ typedef struct pf_cursor {
 } pf_cursor;
 
 // min(n, left) lines, a segment's run at a time: with a test and the cursor's update a line, the
-// loop cost ~7% of the item (AVX2, Zen 3, 1 thread, kv 2k: 0.754-0.780 ms against 0.808-0.824 in
+// loop cost ~6% of the item (AVX2, Zen 3, 1 thread, kv 2k: 0.754-0.780 ms against 0.808-0.824 in
 // alternating runs, bench/results/decode-cpu_amd-epyc-avx2-2c_2026-12-06-s44.txt)
 DEC_INLINE void pf_step(pf_cursor *pc, int64_t n) {
     n = min64(n, pc->left);
