@@ -273,8 +273,8 @@ DEC_INLINE void pv_tile(const int mr, const flashc_dtype dt, const int pair, flo
     // (Dv % 2W == 0 then). Measured on AVX2, Zen 3 (1 thread, kv 2k, min of 201 runs, alternating:
     // bench/results/decode-cpu_amd-epyc-avx2-2c_2026-12-06-s44.txt):
     // - The next block's V lines (pc may be NULL) are spread over the passes, an equal share each,
-    //   issued before each pass's keys. All in the first pass (~5 cycles a key at 4 rows) came 4
-    //   prefetches a key, more than the misses in flight allow: 0.847-0.854 ms against 0.881-0.882.
+    //   issued before each pass's keys, instead of all in the first pass (~5 cycles a key at 4
+    //   rows), 4 a key: 0.847-0.854 ms against 0.881-0.882 (pf_step still a line at a time then).
     // - Every other pass runs its keys backwards. At 4 rows a pass reads half of each 64-byte line
     //   of bf16 V_j, the next pass the other half; rows 2 KiB apart (8 kv heads x D = 128) share 2
     //   of the L1's sets, 16 lines for 32 keys, so a forward pass found every line evicted and a
