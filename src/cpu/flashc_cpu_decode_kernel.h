@@ -233,11 +233,11 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
 
 // O_r = alpha_r O_r + sum_c P[r][c] V_c for rows r < mr (Alg. 1 line 10), nch vectors of D per pass:
 // mr * nch accumulators in registers while the nk keys stream, last key first when rev. The pass's
-// share of the next block's lines (pc->left) is prefetched before its keys, which leaves the key
-// loop without a branch.
+// n_pf lines of the next block are prefetched before its keys, which leaves the key loop without a
+// branch.
 DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp, int64_t d,
                         const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
-                        pf_cursor *pc, const int rev) {
+                        pf_cursor *pc, int64_t n_pf, const int rev) {
     FLASHC_VF32 o[4][MR];
     DEC_UNROLL for (int r = 0; r < MR; r++) {
         if (r < mr) {
@@ -245,7 +245,7 @@ DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, cons
             DEC_UNROLL for (int u = 0; u < 4; u++) if (u < nch) o[u][r] = FLASHC_VF32_MUL(FLASHC_VF32_LOAD(O + r * Dp + d + u * W), al);
         }
     }
-    if (pc) pf_step(pc, pc->left);
+    if (pc) pf_step(pc, n_pf);
     for (int64_t cc = 0; cc < nk; cc++) {
         const int64_t c = rev ? nk - 1 - cc : cc;
         FLASHC_VF32 v[4];
@@ -283,15 +283,13 @@ DEC_INLINE void pv_tile(const int mr, const flashc_dtype dt, const int pair, flo
     const int64_t full = Dv / (nch * W), rest = Dv - full * nch * W;
     const int64_t np = full + (pair ? rest / (2 * W) : rest / W); // passes
     for (int64_t d = 0, i = 0; d < Dv; i++) {
-        const int64_t left = pc ? pc->left : 0, share = (left + np - i - 1) / (np - i);
-        if (pc) pc->left = share;
-        if (d + nch * W <= Dv) {
-            if (i % 2) pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, 1);
-            else pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, 0);
+        const int64_t share = pc ? (pc->left + np - i - 1) / (np - i) : 0; // of the lines still left
+        if (d + nch * W <= Dv) { // (rev a constant at each call, so each direction's loop is its own)
+            if (i % 2) pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share, 1);
+            else pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share, 0);
             d += nch * W;
-        } else if (pair) pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, 0), d += 2 * W;
-        else pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, pc, 0), d += W;
-        if (pc) pc->left += left - share;
+        } else if (pair) pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share, 0), d += 2 * W;
+        else pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, pc, share, 0), d += W;
     }
 }
 
