@@ -84,6 +84,16 @@ DEC_INLINE FLASHC_VF32 load_elems(const char *row, int64_t d, flashc_dtype dt) {
     return FLASHC_VF32_LOAD((const float *)row + d);
 }
 
+// A loaded vector kept in a register: GCC 12 folds a load into every instruction that uses its
+// value, so a Q_i vector shared by two keys' FMAs, or a bf16 pair both widened halves use, was
+// read twice from L1 (20 loads for 16 FMAs a step of qk_tile's pair loop, past Zen 3's two 256-bit
+// loads a cycle).
+#if defined(__GNUC__) && (FLASHC_ISA == FLASHC_ISA_AVX2 || FLASHC_ISA == FLASHC_ISA_AVX512)
+#define DEC_IN_REG(x) __asm__("" : "+x"(x))
+#else
+#define DEC_IN_REG(x) ((void)0)
+#endif
+
 // bf16 pairs: 2W bf16 at row + d in one load, widened as two vectors without a shuffle: the low
 // halves of the 32-bit words (elements d, d+2, ...) shifted up, the high halves (d+1, d+3, ...)
 // masked. The products see the elements in that even / odd order, so Q and O are kept in it too
@@ -98,7 +108,8 @@ DEC_INLINE void load_pair_bf16(const char *row, int64_t d, FLASHC_VF32 *even, FL
 #elif FLASHC_ISA == FLASHC_ISA_AVX2
 #define PAIR_BF16 1
 DEC_INLINE void load_pair_bf16(const char *row, int64_t d, FLASHC_VF32 *even, FLASHC_VF32 *odd) {
-    const __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+    __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+    DEC_IN_REG(x);
     *even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
     *odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
 }
@@ -192,7 +203,9 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
                 load_pair_bf16(K_0, d, &x0, &x1);
                 load_pair_bf16(K_1, d, &y0, &y1);
                 DEC_UNROLL for (int r = 0; r < MR; r++) {
-                    const FLASHC_VF32 q0 = FLASHC_VF32_LOAD(Q + r * Dp + d), q1 = FLASHC_VF32_LOAD(Q + r * Dp + d + W);
+                    FLASHC_VF32 q0 = FLASHC_VF32_LOAD(Q + r * Dp + d), q1 = FLASHC_VF32_LOAD(Q + r * Dp + d + W);
+                    DEC_IN_REG(q0);
+                    DEC_IN_REG(q1);
                     a[r] = FLASHC_VF32_FMA(x0, q0, a[r]);
                     b[r] = FLASHC_VF32_FMA(y0, q0, b[r]);
                     a[r] = FLASHC_VF32_FMA(x1, q1, a[r]);
