@@ -87,7 +87,8 @@ DEC_INLINE FLASHC_VF32 load_elems(const char *row, int64_t d, flashc_dtype dt) {
 // A loaded vector kept in a register: GCC 12 folds a load into every instruction that uses its
 // value, so a Q_i vector shared by two keys' FMAs, or a bf16 pair both widened halves use, was
 // read twice from L1 (20 loads for 16 FMAs a step of qk_tile's pair loop, past Zen 3's two 256-bit
-// loads a cycle).
+// loads a cycle; kept, 10: AVX2, Zen 3, 1 thread, kv 2k, min 0.776-0.783 ms against 0.792-0.822,
+// bench/results/decode-cpu_amd-epyc-avx2-2c_2026-12-06-s45.txt).
 #if defined(__GNUC__) && (FLASHC_ISA == FLASHC_ISA_AVX2 || FLASHC_ISA == FLASHC_ISA_AVX512)
 #define DEC_IN_REG(x) __asm__("" : "+x"(x))
 #else
