@@ -24,8 +24,9 @@
 #include "flashc_cpu.h"
 #include "flashc_threads.h"
 
-// Keys per block: the K and V rows of one block for all 8 kv heads at D = 128, bf16, are 2 x 64 KiB,
-// so this block and the prefetched next one stay in a 512 KiB L2.
+// Keys per block, at most (the scratch's; AVX2 takes 16, flashc_cpu_decode_kernel.h says why): the
+// K and V rows of a 32-key block for all 8 kv heads at D = 128, bf16, are 2 x 64 KiB, so this block
+// and the prefetched next one stay in a 512 KiB L2.
 #define FLASHC_CPU_DEC_BC 32
 // Query rows per register tile (the QK and PV microkernels keep 4 rows x 2 vectors in registers).
 #define FLASHC_CPU_DEC_MR 4

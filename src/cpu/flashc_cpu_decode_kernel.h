@@ -21,8 +21,23 @@
 #include "flashc_simd.h"
 
 #define W FLASHC_VF32_W
-#define BC FLASHC_CPU_DEC_BC
 #define MR FLASHC_CPU_DEC_MR
+// Keys per block (at most FLASHC_CPU_DEC_BC, what the scratch holds). AVX2 takes 16: there a PV
+// pass reads half of each 64-byte line of bf16 V_j (4 rows x 2 vectors), the next pass the other
+// half, and V_j's rows of one head, 2 KiB apart (8 kv heads x D = 128), fall in 2 of the L1's sets
+// a line: 16 keys' lines fit their 8 ways, 32 keys' did not (every other pass ran backwards to find
+// the lines the pass before left). Zen 3, alternating runs against 32 keys: 1 thread, kv 2k, min of
+// 201, 0.723-0.741 ms against 0.752-0.766; the decode bar's shape (2 threads, kv 64k) 68-78% of the
+// read against 47-64%; 8, 24, 48, 64 keys no faster than 32
+// (bench/results/decode-cpu_amd-epyc-avx2-2c_2026-12-06-s46.txt). AVX-512 reads bf16 by dot
+// products, which take a row of P_ij as two vectors of 16 (pv_tile_dot), and its f16 / fp32 passes
+// read whole lines.
+#if FLASHC_ISA == FLASHC_ISA_AVX2
+#define BC 16
+#else
+#define BC FLASHC_CPU_DEC_BC
+#endif
+_Static_assert(BC <= FLASHC_CPU_DEC_BC && BC % W == 0, "a block is at most the scratch's, whole vectors");
 
 #if defined(__GNUC__)
 #define DEC_INLINE static inline __attribute__((always_inline))
@@ -246,12 +261,12 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
 }
 
 // O_r = alpha_r O_r + sum_c P[r][c] V_c for rows r < mr (Alg. 1 line 10), nch vectors of D per pass:
-// mr * nch accumulators in registers while the nk keys stream, last key first when rev. The pass's
+// mr * nch accumulators in registers while the nk keys stream. The pass's
 // n_pf lines of the next block are prefetched before its keys, which leaves the key loop without a
 // branch.
 DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp, int64_t d,
                         const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
-                        pf_cursor *pc, int64_t n_pf, const int rev) {
+                        pf_cursor *pc, int64_t n_pf) {
     FLASHC_VF32 o[4][MR];
     DEC_UNROLL for (int r = 0; r < MR; r++) {
         if (r < mr) {
@@ -260,8 +275,7 @@ DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, cons
         }
     }
     if (pc) pf_step(pc, n_pf);
-    for (int64_t cc = 0; cc < nk; cc++) {
-        const int64_t c = rev ? nk - 1 - cc : cc;
+    for (int64_t c = 0; c < nk; c++) {
         FLASHC_VF32 v[4];
         if (nch == 1) v[0] = load_elems(vp[c], d, dt);
         if (nch >= 2) load_two(vp[c], d, dt, pair, &v[0], &v[1]);
@@ -289,21 +303,15 @@ DEC_INLINE void pv_tile(const int mr, const flashc_dtype dt, const int pair, flo
     // - The next block's V lines (pc may be NULL) are spread over the passes, an equal share each,
     //   issued before each pass's keys, instead of all in the first pass (~5 cycles a key at 4
     //   rows), 4 a key: 0.847-0.854 ms against 0.881-0.882 (pf_step still a line at a time then).
-    // - Every other pass runs its keys backwards. At 4 rows a pass reads half of each 64-byte line
-    //   of bf16 V_j, the next pass the other half; rows 2 KiB apart (8 kv heads x D = 128) share 2
-    //   of the L1's sets, 16 lines for 32 keys, so a forward pass found every line evicted and a
-    //   backward one finds the last 16: 0.818-0.833 ms against 0.834-0.860.
+    // - A pass and the next read the two halves of V_j's lines: BC (above) keeps them in L1.
     const int nch = mr <= 2 ? 4 : 2;
     const int64_t full = Dv / (nch * W), rest = Dv - full * nch * W;
     const int64_t np = full + (pair ? rest / (2 * W) : rest / W); // passes
     for (int64_t d = 0, i = 0; d < Dv; i++) {
         const int64_t share = pc ? (pc->left + np - i - 1) / (np - i) : 0; // of the lines still left
-        if (d + nch * W <= Dv) { // (rev a constant at each call, so each direction's loop is its own)
-            if (i % 2) pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share, 1);
-            else pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share, 0);
-            d += nch * W;
-        } else if (pair) pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share, 0), d += 2 * W;
-        else pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, pc, share, 0), d += W;
+        if (d + nch * W <= Dv) pv_pass(mr, nch, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share), d += nch * W;
+        else if (pair) pv_pass(mr, 2, dt, pair, O, Dp, d, P, alpha, vp, nk, pc, share), d += 2 * W;
+        else pv_pass(mr, 1, dt, 0, O, Dp, d, P, alpha, vp, nk, pc, share), d += W;
     }
 }
 
