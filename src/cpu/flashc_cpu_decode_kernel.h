@@ -261,9 +261,8 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
 }
 
 // O_r = alpha_r O_r + sum_c P[r][c] V_c for rows r < mr (Alg. 1 line 10), nch vectors of D per pass:
-// mr * nch accumulators in registers while the nk keys stream. The pass's
-// n_pf lines of the next block are prefetched before its keys, which leaves the key loop without a
-// branch.
+// mr * nch accumulators in registers while the nk keys stream. The pass's n_pf lines of the next
+// block are prefetched before its keys, which leaves the key loop without a branch.
 DEC_INLINE void pv_pass(const int mr, const int nch, const flashc_dtype dt, const int pair, float *restrict O, int64_t Dp, int64_t d,
                         const float *restrict P, const float *restrict alpha, const char *const *vp, int64_t nk,
                         pf_cursor *pc, int64_t n_pf) {
