@@ -233,6 +233,31 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
             hsum4(b[0], b[1], b[2], b[3], t4);
             DEC_UNROLL for (int r = 0; r < MR; r++) S[r * BC + c] = s4[r], S[r * BC + c + 1] = t4[r];
         }
+#if FLASHC_ISA == FLASHC_ISA_SCALAR
+    // The portable build's vectors are single floats, so the two chains below would each sum D / 2
+    // rounded products in order (the SIMD builds keep 2W chains): four chains a row here. f32, D =
+    // 193, scale 0.49 (test_kvcache's "f32-D=193"): O error 1.09e-5 with two chains (the fp32 bound
+    // is 1e-5), 2.97e-6 with four, 1.67e-6 summed in double (1.27x slower: 7.0 ms against 5.5,
+    // 1 thread, kv 2k), 2.09e-6 on AVX2; four chains ran as fast as two.
+    for (; c < nk; c++) {
+        const char *K_c = kp[c];
+        if (pc) pf_step(pc, pf_per_key);
+        float a[4][MR];
+        DEC_UNROLL for (int r = 0; r < MR; r++) a[0][r] = a[1][r] = a[2][r] = a[3][r] = 0.0f;
+        int64_t d = 0;
+        for (; d + 4 <= Dv; d += 4) {
+            DEC_UNROLL for (int u = 0; u < 4; u++) {
+                const float k = load_elems(K_c, d + u, dt);
+                DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) a[u][r] += Q[r * Dp + d + u] * k;
+            }
+        }
+        for (; d < Dv; d++) {
+            const float k = load_elems(K_c, d, dt);
+            DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) a[0][r] += Q[r * Dp + d] * k;
+        }
+        DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) S[r * BC + c] = (a[0][r] + a[1][r]) + (a[2][r] + a[3][r]);
+    }
+#else
     for (; c < nk; c++) {
         const char *K_c = kp[c];
         if (pc) pf_step(pc, pf_per_key);
@@ -258,6 +283,7 @@ DEC_INLINE void qk_tile(const int mr, const flashc_dtype dt, const int pair, flo
               FLASHC_VF32_ADD(a0[3], a1[3]), s4);
         DEC_UNROLL for (int r = 0; r < MR; r++) if (r < mr) S[r * BC + c] = s4[r];
     }
+#endif
 }
 
 // O_r = alpha_r O_r + sum_c P[r][c] V_c for rows r < mr (Alg. 1 line 10), nch vectors of D per pass:
