@@ -161,6 +161,7 @@ static void key_range(const kvc *c, int i, int sq, int sk, int *lo, int *hi) {
 static void run_kv(flashc_ctx *ctx, const char *bname, const kvc *c_in, uint64_t seed) {
     kvc c_dev = *c_in;
     if (tc_on_dev(ctx) && c_dev.dt == FLASHC_DTYPE_F32) c_dev.dt = FLASHC_DTYPE_F16; // CUDA: f16 / bf16 only
+    if (tc_on_dev(ctx)) c_dev.D = (c_dev.D + 7) / 8 * 8; // and head dims that are multiples of 8
     const kvc *c = &c_dev;
     char label[512];
     kv_label(c, bname, label, sizeof label);
@@ -592,6 +593,13 @@ static void kv_sweep(flashc_ctx *ctx, const char *bname) {
     run_kv(ctx, bname, &c, seed++);
     c = kv_base(), c.tag = "to-capacity", c.B = 3, c.cap = 48, c.page = 16, c.snew = 47, c.Sq = 4, c.causal = 1, c.rot = 1;
     run_kv(ctx, bname, &c, seed++);
+    // f32 at D = 193 with a large scale (scores ~7 wide), its own inputs: a fuzz case the portable
+    // (scalar) decode kernel missed the fp32 bound on (1.09e-5) while its dot products ran in two
+    // chains a row (four now: flashc_cpu_decode_kernel.h, qk_tile)
+    memset(&c, 0, sizeof c);
+    c.tag = "f32-D=193", c.dt = FLASHC_DTYPE_F32, c.B = 5, c.Sq = 4, c.H = 12, c.Hkv = 4, c.D = 193, c.cap = 238;
+    c.full = 1, c.rot = 2, c.rd = 160, c.causal = 1, c.scale = 0.491369843f, c.splits = 916;
+    run_kv(ctx, bname, &c, 5000113);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1333,8 +1341,8 @@ static void run_nokey_inf_v(flashc_ctx *ctx, const char *bname, flashc_dtype dt,
 // ------------------------------------------------------------------------------------------------
 
 // --fuzz N: N random KV-cache cases and N / 4 random paged prefills drawn from --seed, over wider
-// ranges than the sweeps (any page size from 1 to 256, capacities to 3000, head dims every multiple
-// of 8 to 256, seqlen_q 0 to 40, every option on or off), each with its own inputs.
+// ranges than the sweeps (any page size from 1 to 256, capacities to 3000, head dims to 256 (a
+// quarter of them not multiples of 8), seqlen_q 0 to 40, every option on or off), each with its own inputs.
 static void kv_fuzz(flashc_ctx *ctx, const char *bname, int n) {
     static const int HH[][2] = {{1, 1}, {2, 1}, {4, 1}, {4, 4}, {8, 2}, {6, 3}, {12, 4}, {32, 8}};
     static const int PAGES[] = {0, 0, 0, 1, 2, 3, 7, 16, 17, 64, 100, 256};
@@ -1350,6 +1358,7 @@ static void kv_fuzz(flashc_ctx *ctx, const char *bname, int n) {
         c.B = 1 + tc_int(&r, 6);
         c.Sq = tc_int(&r, 4) ? 1 + tc_int(&r, 4) : tc_int(&r, 41); // mostly decode
         c.D = 8 * (1 + tc_int(&r, 32));
+        if (tc_int(&r, 4) == 0) c.D -= 1 + tc_int(&r, 7); // any head dim on the CPU (run_kv: multiples of 8 on CUDA)
         c.cap = 1 + tc_int(&r, tc_int(&r, 4) ? 300 : 3000);
         c.page = PAGES[tc_int(&r, 12)];
         if (tc_int(&r, 5) == 0) c.full = 1;
@@ -1357,9 +1366,9 @@ static void kv_fuzz(flashc_ctx *ctx, const char *bname, int n) {
             c.snew = tc_int(&r, 7);
             if (c.snew > c.cap) c.snew = c.cap;
         }
-        if (tc_int(&r, 2)) {
+        if (tc_int(&r, 2) && c.D >= 2) {
             c.rot = 1 + tc_int(&r, 2);
-            if (tc_int(&r, 3) == 0) c.rd = 2 * (1 + tc_int(&r, c.D / 2));
+            if (tc_int(&r, 3) == 0 || c.D % 2) c.rd = 2 * (1 + tc_int(&r, c.D / 2)); // (rotary_dim is even)
         }
         c.causal = tc_int(&r, 2);
         if (tc_int(&r, 5) == 0) c.use_window = 1, c.wl = tc_int(&r, 3) ? tc_int(&r, 200) : -1, c.wr = tc_int(&r, 2) ? tc_int(&r, 5) : -1;
