@@ -114,8 +114,9 @@ typedef enum flashc_backend {
  *
  * NaN in q, k or v propagates as in the fp64 reference, never turning into a masked key or a row
  * with no key: a NaN score (q_i or a key k_j the row sees) makes that row's out and lse NaN; a NaN
- * element of v_j makes that element of out NaN in the rows that see key j (and may in rows of the
- * same sequence and head that do not: P = 0 times NaN in P V, as in SDPA's math path). Masked keys'
+ * element of v_j makes that element of out NaN in the rows that see key j, an infinite one makes it
+ * infinite or NaN as in the reference, and either may make it NaN in rows of the same sequence and
+ * head that do not see key j (P = 0 times NaN or Inf in P V, as in SDPA's math path). Masked keys'
  * scores are replaced, so a NaN k_j leaves rows that do not see it unchanged. In the backward a NaN
  * row or key may spread NaN over the gradients of its tile beyond the reference's. Scores may be
  * formed as q . k in fp32 before the scale multiplies them (as FlashAttention-2 does): a |q . k|
