@@ -11,6 +11,8 @@
 # There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call):
 #   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
 #                                      --fuzz 300, racecheck and memcheck over the bf16 backward
+#                                      (CHECK_FILTER=STR: the cases whose lines hold STR instead of
+#                                      "bwd cuda", e.g. "D=256"; the sanitizers' then "STR" too)
 #   sh dev/cuda/pending.sh main        main's tests side by side (a short form of gpu.sh test)
 #   sh dev/cuda/pending.sh sweeps      gpu.sh test's other runs of main side by side: test_flashc at
 #                                      3 CTAs, at 7 with split tiles, with FLASHC_CUDA_SM90=0, and
@@ -21,8 +23,9 @@
 #                                      wavefronts of the D = 128 S = 4096 backward for main and each,
 #                                      then readbw KV_EVEN=1 (batch 16's decode loads on 128 per-head
 #                                      CTAs vs spread over every SM: NOTES session 37; H200 unmeasured)
-# ab times the backward (ab.py --bwd): a patch for the forward needs its own line (ab.py without
-# --bwd).
+# ab times the backward (ab.py --bwd); AB_ARGS replaces its ab.py arguments (a forward patch: e.g.
+# AB_ARGS="--dims 256 --dtypes bf16 --seqlens 512,1024,2048,4096,8192,16384 --rounds 7"), and then
+# the backward's ncu step is skipped.
 set -eu
 cd "$(dirname "$0")/../.."
 name_of() { basename "$1" .patch | sed 's/^[0-9]*-//'; } # 0013-bwd-dq-sw32.patch -> bwd-dq-sw32
@@ -82,11 +85,12 @@ check)
     t=/tmp/x/$n/test_flashc
     # all five side by side (16 cores there; the tests are bound by the fp64 reference on the CPU),
     # so that one call holds them: serially they could take 5 x 280 s
-    run "bwd cases" check-$n.log "$t" --backend cuda --filter "bwd cuda" &
-    run "bwd cases, 3 CTAs" check3-$n.log env FLASHC_CUDA_CTAS=3 "$t" --backend cuda --filter "bwd cuda" &
+    f=${CHECK_FILTER:-bwd cuda} fs=${CHECK_FILTER:-bwd cuda bf16}
+    run "cases '$f'" check-$n.log "$t" --backend cuda --filter "$f" &
+    run "cases '$f', 3 CTAs" check3-$n.log env FLASHC_CUDA_CTAS=3 "$t" --backend cuda --filter "$f" &
     run "fuzz 300" fuzz-$n.log "$t" --backend cuda --fuzz 300 --seed 3707 &
-    run "racecheck" race-$n.log compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16" &
-    run "memcheck" mem-$n.log compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --backend cuda --quick --filter "bwd cuda bf16" &
+    run "racecheck" race-$n.log compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --backend cuda --quick --filter "$fs" &
+    run "memcheck" mem-$n.log compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --backend cuda --quick --filter "$fs" &
     wait
     ;;
 main)
@@ -116,10 +120,10 @@ ab)
     [ $# -gt 0 ] || set -- $(names)
     [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
     for n in "$@"; do
-        python3 dev/cuda/ab.py --lib /tmp/x/main/libflashc.so --lib2 "/tmp/x/$n/libflashc.so" --bwd --rounds 9 \
-            --dims 128,64 --seqlens 512,1024,2048,4096,8192,16384 2>&1 | tee "$out/ab-$n.txt"
+        python3 dev/cuda/ab.py --lib /tmp/x/main/libflashc.so --lib2 "/tmp/x/$n/libflashc.so" \
+            ${AB_ARGS:---bwd --rounds 9 --dims 128,64 --seqlens 512,1024,2048,4096,8192,16384} 2>&1 | tee "$out/ab-$n.txt"
     done
-    for n in main "$@"; do # launch 7: the 4th call's first backward kernel (its split tail is the 2nd)
+    [ -z "${AB_ARGS:-}" ] && for n in main "$@"; do # launch 7: the 4th call's first backward kernel (its split tail is the 2nd)
         timeout 120 ncu --kernel-name regex:flashc_bwd_sm90_kernel --launch-skip 6 --launch-count 1 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
             python3 dev/cuda/profile_train.py --lib "/tmp/x/$n/libflashc.so" --bwd --dim 128 --seqlen 4096 \
