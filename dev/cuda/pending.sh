@@ -123,14 +123,16 @@ ab)
         python3 dev/cuda/ab.py --lib /tmp/x/main/libflashc.so --lib2 "/tmp/x/$n/libflashc.so" \
             ${AB_ARGS:---bwd --rounds 9 --dims 128,64 --seqlens 512,1024,2048,4096,8192,16384} 2>&1 | tee "$out/ab-$n.txt"
     done
-    [ -z "${AB_ARGS:-}" ] && for n in main "$@"; do # launch 7: the 4th call's first backward kernel (its split tail is the 2nd)
-        timeout 120 ncu --kernel-name regex:flashc_bwd_sm90_kernel --launch-skip 6 --launch-count 1 \
-            --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
-            python3 dev/cuda/profile_train.py --lib "/tmp/x/$n/libflashc.so" --bwd --dim 128 --seqlen 4096 \
-            >"$out/ncu-$n.txt" 2>&1 || true
-        echo "== ncu $n: $(grep -o 'flashc_bwd_sm90_kernel<[^>]*>' "$out/ncu-$n.txt" | head -n 1)"
-        grep -iE "Duration|bank conflict|excessive wavefronts" "$out/ncu-$n.txt" | sed 's/^ */  /' || true
-    done
+    if [ -z "${AB_ARGS:-}" ]; then # the backward's A/B: its ncu too
+        for n in main "$@"; do # launch 7: the 4th call's first backward kernel (its split tail is the 2nd)
+            timeout 120 ncu --kernel-name regex:flashc_bwd_sm90_kernel --launch-skip 6 --launch-count 1 \
+                --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
+                python3 dev/cuda/profile_train.py --lib "/tmp/x/$n/libflashc.so" --bwd --dim 128 --seqlen 4096 \
+                >"$out/ncu-$n.txt" 2>&1 || true
+            echo "== ncu $n: $(grep -o 'flashc_bwd_sm90_kernel<[^>]*>' "$out/ncu-$n.txt" | head -n 1)"
+            grep -iE "Duration|bank conflict|excessive wavefronts" "$out/ncu-$n.txt" | sed 's/^ */  /' || true
+        done
+    fi
     if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
     ;;
 *)
