@@ -88,8 +88,13 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd(int D) {
 //   not a measured crossover: at 16384 the 3-stage kernel against itself read 0.986x (call 6), as
 //   far from 1 as the 2-stage tile; long rows keep the kernel they ran before.
 // - e4m3 D = 128: 2x128 below 2048 keys (above).
+// - D = 256: 2x64 s2 instead of 2x80 s2 below 8192 keys. H100, 2026-12-07, one process
+//   (dev/cuda/ab.py, every span on 2x64 against main, bench/results/h100-2026-12-07-s49.txt call 1),
+//   S = 512 / 1024 / 2048 / 4096 / 8192 / 16384: 1.049 / 1.015 / 1.014 / 1.011 / 1.000 / 0.991x,
+//   causal 1.034 / 1.048 / 1.015 / 1.007 / 1.003 / 1.000x (a 64-key block wastes less of a short
+//   row's last block; the longer rows want the fewer, larger blocks of 2x80).
 static constexpr int flashc_cuda_fwd_sm90_short_keys(int D, bool fp8, bool causal) {
-    return fp8 ? (D <= 128 ? 2048 : 0) : D <= 64 ? (causal ? 4096 : 0) : D <= 128 ? 8192 : 0;
+    return fp8 ? (D <= 128 ? 2048 : 0) : D <= 64 ? (causal ? 4096 : 0) : 8192; // D = 128 and 256
 }
 // Stream-K tail of the persistent forward (sm90_fwd_piece): split the last rounds' tiles only where a
 // tile sees at least this many keys (causal pairs: Sk / 2 on average). Each piece of a split tile
@@ -113,7 +118,7 @@ static constexpr flashc_cuda_tile flashc_cuda_tune_fwd_sm90(int D, bool fp8 = fa
                                   : flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2})
          : D <= 64   ? (short_rows ? flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2} : flashc_cuda_tile{192, 128, 12, 3, 0, 0, 0, 2})
          : D <= 128  ? (short_rows ? flashc_cuda_tile{128, 128, 8, 2, 0, 0, 0, 2} : flashc_cuda_tile{128, 128, 8, 3, 0, 0, 0, 2})
-                     : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 2};
+                     : (short_rows ? flashc_cuda_tile{128, 64, 8, 2, 0, 0, 0, 2} : flashc_cuda_tile{128, 80, 8, 2, 0, 0, 0, 2});
 }
 
 // bf16/f16 varlen and seqused_k problems on the TMA kernel (its RAGGED instance, query blocks
