@@ -23,6 +23,10 @@
 #                                      wavefronts of the D = 128 S = 4096 backward for main and each,
 #                                      then readbw KV_EVEN=1 (batch 16's decode loads on 128 per-head
 #                                      CTAs vs spread over every SM: NOTES session 37; H200 unmeasured)
+#   sh dev/cuda/pending.sh ncu-fwd [NAME] ncu of NAME's (default main's) forward at D = 64 causal, S = 512
+#                                      (the 2x128 short-row tile, 0.84-0.88x CUDNN) against 16384 (3x128,
+#                                      1.09-1.11x): throughput, scheduler, warp states, then the MUFU
+#                                      (xu) / ALU / FMA pipes (NOTES session 50; ~2-3 min)
 # ab times the backward (ab.py --bwd); AB_ARGS replaces its ab.py arguments (a forward patch: e.g.
 # AB_ARGS="--dims 256 --dtypes bf16 --seqlens 512,1024,2048,4096,8192,16384 --rounds 7"), and then
 # the backward's ncu step is skipped.
@@ -135,8 +139,24 @@ ab)
     fi
     if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
     ;;
+ncu-fwd)
+    n=${2:-main}
+    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    for S in 512 16384; do # launches 1-2 of profile_train.py --dim 64 are warm-ups, 3 the bf16 forward
+        prof="python3 dev/cuda/profile_train.py --lib /tmp/x/$n/libflashc.so --dim 64 --seqlen $S --causal"
+        timeout 90 ncu --kernel-name regex:flashc_fwd_sm90_ws_kernel --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+            $prof >"$out/ncu-fwd-$n-$S.txt" 2>&1 || true
+        timeout 60 ncu --kernel-name regex:flashc_fwd_sm90_ws_kernel --launch-skip 2 --launch-count 1 --metrics \
+            sm__inst_executed.avg.per_cycle_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active \
+            $prof >>"$out/ncu-fwd-$n-$S.txt" 2>&1 || true
+        echo "== ncu $n D = 64 causal S = $S"
+        grep -E "Frequency|Duration|Throughput|Issue Slots|Eligible|Warp Cycles|represents|sm__" "$out/ncu-fwd-$n-$S.txt" |
+            sed 's/^ */  /' || true
+    done
+    ;;
 *)
-    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..]" >&2
+    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..] | ncu-fwd [NAME]" >&2
     exit 2
     ;;
 esac
