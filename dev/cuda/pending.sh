@@ -142,16 +142,18 @@ ab)
 ncu-fwd)
     n=${2:-main}
     [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
-    for S in 512 16384; do # launches 1-2 of profile_train.py --dim 64 are warm-ups, 3 the bf16 forward
+    # launches 1-2 of profile_train.py --dim 64 are warm-ups, 3 the bf16 forward
+    one="--kernel-name regex:flashc_fwd_sm90_ws_kernel --launch-skip 2 --launch-count 1"
+    pipes=sm__inst_executed.avg.per_cycle_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+    pipes=$pipes,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
+    for S in 512 16384; do
         prof="python3 dev/cuda/profile_train.py --lib /tmp/x/$n/libflashc.so --dim 64 --seqlen $S --causal"
-        timeout 90 ncu --kernel-name regex:flashc_fwd_sm90_ws_kernel --launch-skip 2 --launch-count 1 \
-            --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
-            $prof >"$out/ncu-fwd-$n-$S.txt" 2>&1 || true
-        timeout 60 ncu --kernel-name regex:flashc_fwd_sm90_ws_kernel --launch-skip 2 --launch-count 1 --metrics \
-            sm__inst_executed.avg.per_cycle_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active \
-            $prof >>"$out/ncu-fwd-$n-$S.txt" 2>&1 || true
+        log=$out/ncu-fwd-$n-$S.txt
+        timeout 90 ncu $one --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \
+            --section WarpStateStats $prof >"$log" 2>&1 || true
+        timeout 60 ncu $one --metrics "$pipes" $prof >>"$log" 2>&1 || true
         echo "== ncu $n D = 64 causal S = $S"
-        grep -E "Frequency|Duration|Throughput|Issue Slots|Eligible|Warp Cycles|represents|sm__" "$out/ncu-fwd-$n-$S.txt" |
+        grep -E "Frequency|Duration|Throughput|Issue Slots|Eligible|Warp Cycles|represents|sm__" "$log" |
             sed 's/^ */  /' || true
     done
     ;;
