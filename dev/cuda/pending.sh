@@ -23,6 +23,9 @@
 #                                      wavefronts of the D = 128 S = 4096 backward for main and each,
 #                                      then readbw KV_EVEN=1 (batch 16's decode loads on 128 per-head
 #                                      CTAs vs spread over every SM: NOTES session 37; H200 unmeasured)
+#   sh dev/cuda/pending.sh bench       main's gpu.sh bench on its carried build (the benchmark beside
+#                                      SDPA and the ceilings; the bars' card is the H200), then readbw
+#                                      KV_EVEN=1 (~4 min)
 #   sh dev/cuda/pending.sh ncu-fwd [NAME] ncu of NAME's (default main's) forward at D = 64 causal, S = 512
 #                                      (the 2x128 short-row tile, 0.84-0.88x CUDNN) against 16384 (3x128,
 #                                      1.09-1.11x): throughput, scheduler, warp states, then the MUFU
@@ -139,6 +142,13 @@ ab)
     fi
     if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
     ;;
+bench)
+    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    mkdir -p build-ep/main && cp -a /tmp/x/main/. build-ep/main/
+    OUT=$out BUILD=build-ep/main SKIP_BUILD=1 timeout 300 sh scripts/gpu.sh bench >"$out/gpu-bench.log" 2>&1 || true
+    tail -n 60 "$out/gpu-bench.log"
+    if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 100 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
+    ;;
 ncu-fwd)
     n=${2:-main}
     [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
@@ -158,7 +168,7 @@ ncu-fwd)
     done
     ;;
 *)
-    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..] | ncu-fwd [NAME]" >&2
+    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..] | bench | ncu-fwd [NAME]" >&2
     exit 2
     ;;
 esac
