@@ -40,6 +40,11 @@ names() { for p in dev/cuda/patches/0*.patch; do [ -e "$p" ] && name_of "$p"; do
 out=${OUT:-/tmp/pending-out}
 mkdir -p "$out"
 
+unpacked() { [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null; } # the carried builds, once a machine
+readbw_even() { # batch 16's decode loads on 128 per-head CTAs vs spread over every SM (NOTES session 37)
+    if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
+}
+
 run() { # LABEL LOG CMD...: the command's last line beside its label ($n: the build's name)
     label=$1 log=$out/$2; shift 2
     timeout "${RUN_TIMEOUT:-480}" "$@" >"$log" 2>&1 && rc=0 || rc=$?
@@ -88,7 +93,7 @@ pack)
 check)
     [ $# -eq 2 ] || { echo "usage: sh dev/cuda/pending.sh check NAME" >&2; exit 2; }
     n=$2
-    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    unpacked
     t=/tmp/x/$n/test_flashc
     # all five side by side (16 cores there; the tests are bound by the fp64 reference on the CPU),
     # so that one call holds them: serially they could take 5 x 280 s
@@ -103,7 +108,7 @@ check)
 main)
     # main's own tests side by side, when the budget has no room for gpu.sh test (~540 s): one
     # whole test_flashc sweep, test_kvcache, test_fp8 --quick, test_bad_input (~150-250 s)
-    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    unpacked
     t=/tmp/x/main n=main
     run "test_flashc" main-flashc.log "$t/test_flashc" --backend cuda &
     run "test_kvcache" main-kvcache.log "$t/test_kvcache" --backend cuda &
@@ -112,7 +117,7 @@ main)
     wait
     ;;
 sweeps)
-    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    unpacked
     t=/tmp/x/main n=main seed=${FUZZ_SEED:-$(( $(date +%s) % 100000 ))}
     run "test_flashc, 3 CTAs" sw-ctas3.log env FLASHC_CUDA_CTAS=3 "$t/test_flashc" --backend cuda &
     run "test_flashc, 7 CTAs, split tiles" sw-split.log env FLASHC_CUDA_CTAS=7 FLASHC_CUDA_SPLIT_KEYS=0 \
@@ -125,7 +130,7 @@ sweeps)
 ab)
     shift
     [ $# -gt 0 ] || set -- $(names)
-    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    unpacked
     for n in "$@"; do
         python3 dev/cuda/ab.py --lib /tmp/x/main/libflashc.so --lib2 "/tmp/x/$n/libflashc.so" \
             ${AB_ARGS:---bwd --rounds 9 --dims 128,64 --seqlens 512,1024,2048,4096,8192,16384} 2>&1 | tee "$out/ab-$n.txt"
@@ -140,18 +145,18 @@ ab)
             grep -iE "Duration|bank conflict|excessive wavefronts" "$out/ncu-$n.txt" | sed 's/^ */  /' || true
         done
     fi
-    if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 120 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
+    readbw_even
     ;;
 bench)
-    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
-    mkdir -p build-ep/main && cp -a /tmp/x/main/. build-ep/main/
-    OUT=$out BUILD=build-ep/main SKIP_BUILD=1 timeout 300 sh scripts/gpu.sh bench >"$out/gpu-bench.log" 2>&1 || true
+    unpacked
+    # (bench reads only $BUILD/libflashc.so, so the unpacked build serves as it is)
+    OUT=$out BUILD=/tmp/x/main SKIP_BUILD=1 timeout 300 sh scripts/gpu.sh bench >"$out/gpu-bench.log" 2>&1 || true
     tail -n 60 "$out/gpu-bench.log"
-    if [ -x build-gpu/carry/readbw ]; then KV_EVEN=1 timeout 100 build-gpu/carry/readbw 2>&1 | tee "$out/readbw-kv-even.txt"; fi
+    readbw_even
     ;;
 ncu-fwd)
     n=${2:-main}
-    [ -d /tmp/x/main ] || sh dev/cuda/carry.sh unpack >/dev/null
+    unpacked
     # launches 1-2 of profile_train.py --dim 64 are warm-ups, 3 the bf16 forward
     one="--kernel-name regex:flashc_fwd_sm90_ws_kernel --launch-skip 2 --launch-count 1"
     pipes=sm__inst_executed.avg.per_cycle_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
