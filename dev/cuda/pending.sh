@@ -30,6 +30,11 @@
 #                                      (the 2x128 short-row tile, 0.84-0.88x CUDNN) against 16384 (3x128,
 #                                      1.09-1.11x): throughput, scheduler, warp states, then the MUFU
 #                                      (xu) / ALU / FMA pipes (NOTES session 50; ~2-3 min)
+#   sh dev/cuda/pending.sh h200 MODE [ARGS]  MODE only on an H200 (the bars' card), else stop at once
+#                                      (exit 3): a call asking for an H200 may get an H100 (s42-s52)
+#                                      and spend its budget on numbers from the wrong card. The short
+#                                      bench for a low budget (untimed): BENCH_ARGS="--dims 64,256
+#                                      --seqlens 512,1024,2048" sh dev/cuda/pending.sh h200 bench
 # ab times the backward (ab.py --bwd); AB_ARGS replaces its ab.py arguments (a forward patch: e.g.
 # AB_ARGS="--dims 256 --dtypes bf16 --seqlens 512,1024,2048,4096,8192,16384 --rounds 7"), and then
 # the backward's ncu step is skipped.
@@ -154,6 +159,14 @@ bench)
     tail -n 60 "$out/gpu-bench.log"
     readbw_even
     ;;
+h200)
+    [ $# -ge 2 ] || { echo "usage: sh dev/cuda/pending.sh h200 MODE [ARGS]" >&2; exit 2; }
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+    echo "gpu: $gpu"
+    case $gpu in *H200*) ;; *) echo "not an H200: stopping"; exit 3 ;; esac
+    shift
+    exec sh dev/cuda/pending.sh "$@" # (the cd above: the repo root)
+    ;;
 ncu-fwd)
     n=${2:-main}
     unpacked
@@ -173,7 +186,7 @@ ncu-fwd)
     done
     ;;
 *)
-    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..] | bench | ncu-fwd [NAME]" >&2
+    echo "usage: sh dev/cuda/pending.sh pack | check NAME | main | sweeps | ab [NAME..] | bench | h200 MODE [ARGS] | ncu-fwd [NAME]" >&2
     exit 2
     ;;
 esac
