@@ -8,6 +8,12 @@
 // As many CTAs of 1024 threads as SMs (8 warps a scheduler: latency hidden; nothing forces one a
 // SM, but two on one SM would each read half the rate, and the slowest CTA is the one counted), 8
 // independent chains a thread, x <- 2^(-x) (stays in [0.5, 1]); thread 0 of each CTA times the loop by clock64.
+// Second question (session 52): does one warp a scheduler get that rate out of a softmax? 0033
+// fp8-ex2turn (the e4m3 consumers' softmaxes one after the other) lost 12-19% at D = 128, as if one
+// consumer's softmax alone ran well below the MUFU's rate. softmax_loop<NT> runs sm90_softmax's
+// body on a 64 x 192 e4m3 key block's share (96 scores a thread: row max, quad shuffles, ex2 of
+// fma(s, scale, -m), row sums) with NT / 128 warps a scheduler (128: one consumer warpgroup alone,
+// 256: two side by side) and prints the cycles of one softmax and the MUFU results a clock an SM.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o mufu_lab
 // Run:   ./mufu_lab   (then cuobjdump -sass mufu_lab | grep -c MUFU per kernel, to see the SASS form)
 #include <cuda_fp16.h>
@@ -93,6 +99,65 @@ static void sweep(void) {
     cudaFree(dy);
 }
 
+
+// One softmax of sm90_softmax's shape a loop iteration: S holds 2 rows x 48 columns a thread (BN =
+// 192), S[4 nt + 2 r + e]; the scores are fed back (s <- 0.5 s + p, stays in [0, 2]) so that every
+// iteration depends on the last, as the next block's scores do on nothing here but the loop.
+#define SOFTMAX_N 96
+#define SOFTMAX_ITERS 256
+template <int NT>
+__global__ void __launch_bounds__(NT, 1) softmax_loop(float *sink, long long *cycles, float sl2) {
+    float S[SOFTMAX_N], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < SOFTMAX_N; i++) S[i] = (float)((threadIdx.x * 7 + i * 13) & 31) * (1.f / 32);
+    __syncthreads();
+    const long long t0 = clock64();
+    for (int it = 0; it < SOFTMAX_ITERS; it++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float x = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < SOFTMAX_N / 4; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+            m_i[r] = fmaxf(m_i[r], x * sl2);
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < SOFTMAX_N / 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p;
+                    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(fmaf(S[4 * nt + 2 * r + e], sl2, -m_i[r])));
+                    S[4 * nt + 2 * r + e] = fmaf(S[4 * nt + 2 * r + e], 0.5f, p);
+                    sum += p;
+                }
+            l_i[r] += sum;
+        }
+    }
+    __syncthreads();
+    const long long t1 = clock64();
+    float acc = l_i[0] + l_i[1];
+#pragma unroll
+    for (int i = 0; i < SOFTMAX_N; i++) acc += S[i];
+    if (acc == 1234.5f) sink[0] = acc; // keeps the scores live
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
+template <int NT>
+static void run_softmax(int sms, float *sink, long long *cycles, long long *host) {
+    for (int rep = 0; rep < 3; rep++) { // the first launch warms up; the last one is reported
+        softmax_loop<NT><<<sms, NT>>>(sink, cycles, 0.12752f);
+        cudaDeviceSynchronize();
+    }
+    cudaMemcpy(host, cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+    long long mx = 0;
+    for (int i = 0; i < sms; i++) mx = host[i] > mx ? host[i] : mx;
+    const double per = (double)mx / SOFTMAX_ITERS, results = (double)NT * SOFTMAX_N * SOFTMAX_ITERS;
+    printf("softmax of %d scores a thread, %d warp(s) a scheduler: %7.1f cycles each (%.0f MUFU clocks at 16 a "
+           "clock an SM), %5.2f ex2 results / clock / SM\n", SOFTMAX_N, NT / 128, per, NT * SOFTMAX_N / 16.0,
+           results / mx);
+}
+
 template <int FORM>
 static void run(int sms, uint32_t *sink, long long *cycles, long long *host) {
     for (int rep = 0; rep < 3; rep++) { // the first launch warms up; the last one is reported
@@ -117,6 +182,8 @@ int main(void) {
     run<EX2_F32>(sms, sink, cycles, host);
     run<EX2_F16X2>(sms, sink, cycles, host);
     run<EX2_BF16X2>(sms, sink, cycles, host);
+    run_softmax<128>(sms, (float *)sink, cycles, host);
+    run_softmax<256>(sms, (float *)sink, cycles, host);
     sweep();
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {

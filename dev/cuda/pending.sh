@@ -7,7 +7,8 @@
 #   applies every patch in dev/cuda/patches on HEAD, each in its own worktree /tmp/pending/NAME
 #   (NAME = the patch's name without its number: 0013-bwd-dq-sw32.patch -> bwd-dq-sw32), and packs
 #   main (this checkout) and each NAME into build-gpu/carry with carry.sh (~1.5 min a build here),
-#   and builds dev/cuda/readbw.cu there (the decode read lab).
+#   and builds dev/cuda/readbw.cu (the decode read lab) and dev/cuda/mufu_lab.cu (the ex2 rate and a
+#   softmax's, at one and two warps a scheduler: session 52's question) there.
 # There (carry ["build-gpu/carry"]; logs under $OUT; each mode fits one 600 s call):
 #   sh dev/cuda/pending.sh check NAME  correctness: test_flashc's backward cases (all CTAs, then 3),
 #                                      --fuzz 300, racecheck and memcheck over the bf16 backward
@@ -25,7 +26,7 @@
 #                                      CTAs vs spread over every SM: NOTES session 37; H200 unmeasured)
 #   sh dev/cuda/pending.sh bench       main's gpu.sh bench on its carried build (the benchmark beside
 #                                      SDPA and the ceilings; the bars' card is the H200), then readbw
-#                                      KV_EVEN=1 (~4 min)
+#                                      KV_EVEN=1 and mufu_lab (~4 min)
 #   sh dev/cuda/pending.sh ncu-fwd [NAME] ncu of NAME's (default main's) forward at D = 64 causal, S = 512
 #                                      (the 2x128 short-row tile, 0.84-0.88x CUDNN) against 16384 (3x128,
 #                                      1.09-1.11x): throughput, scheduler, warp states, then the MUFU
@@ -94,6 +95,7 @@ pack)
         sh dev/cuda/carry.sh add "$n" "$tree"
     done
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude dev/cuda/readbw.cu -o build-gpu/carry/readbw
+    nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o build-gpu/carry/mufu_lab
     ;;
 check)
     [ $# -eq 2 ] || { echo "usage: sh dev/cuda/pending.sh check NAME" >&2; exit 2; }
@@ -158,6 +160,7 @@ bench)
     OUT=$out BUILD=/tmp/x/main SKIP_BUILD=1 timeout 300 sh scripts/gpu.sh bench >"$out/gpu-bench.log" 2>&1 || true
     tail -n 60 "$out/gpu-bench.log"
     readbw_even
+    if [ -x build-gpu/carry/mufu_lab ]; then timeout 60 build-gpu/carry/mufu_lab 2>&1 | tee "$out/mufu_lab.txt"; fi
     ;;
 h200)
     [ $# -ge 2 ] || { echo "usage: sh dev/cuda/pending.sh h200 MODE [ARGS]" >&2; exit 2; }
