@@ -99,10 +99,9 @@ static void sweep(void) {
     cudaFree(dy);
 }
 
-
 // One softmax of sm90_softmax's shape a loop iteration: S holds 2 rows x 48 columns a thread (BN =
-// 192), S[4 nt + 2 r + e]; the scores are fed back (s <- 0.5 s + p, stays in [0, 2]) so that every
-// iteration depends on the last, as the next block's scores do on nothing here but the loop.
+// 192), S[4 nt + 2 r + e]; no rescale of O (there is none here). The scores are fed back (s <- 0.5 s
+// + p, stays in [0, 2]), so every iteration depends on the last and nothing can leave the loop.
 #define SOFTMAX_N 96
 #define SOFTMAX_ITERS 256
 template <int NT>
