@@ -99,6 +99,14 @@ static void sweep(void) {
     cudaFree(dy);
 }
 
+// The cycles of the slowest CTA of the last launch (the one that sets the rate).
+static long long slowest_cta(int sms, const long long *cycles, long long *host) {
+    cudaMemcpy(host, cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+    long long mx = 0;
+    for (int i = 0; i < sms; i++) mx = host[i] > mx ? host[i] : mx;
+    return mx;
+}
+
 // One softmax of sm90_softmax's shape a loop iteration: S holds 2 rows x 48 columns a thread (BN =
 // 192), S[4 nt + 2 r + e]; no rescale of O (there is none here). The scores are fed back (s <- 0.5 s
 // + p, stays in [0, 2]), so every iteration depends on the last and nothing can leave the loop.
@@ -148,9 +156,7 @@ static void run_softmax(int sms, float *sink, long long *cycles, long long *host
         softmax_loop<NT><<<sms, NT>>>(sink, cycles, 0.12752f);
         cudaDeviceSynchronize();
     }
-    cudaMemcpy(host, cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
-    long long mx = 0;
-    for (int i = 0; i < sms; i++) mx = host[i] > mx ? host[i] : mx;
+    const long long mx = slowest_cta(sms, cycles, host);
     const double per = (double)mx / SOFTMAX_ITERS, results = (double)NT * SOFTMAX_N * SOFTMAX_ITERS;
     printf("softmax of %d scores a thread, %d warp(s) a scheduler: %7.1f cycles each (%.0f MUFU clocks at 16 a "
            "clock an SM), %5.2f ex2 results / clock / SM\n", SOFTMAX_N, NT / 128, per, NT * SOFTMAX_N / 16.0,
@@ -163,9 +169,7 @@ static void run(int sms, uint32_t *sink, long long *cycles, long long *host) {
         ex2_loop<FORM><<<sms, 1024>>>(sink, cycles);
         cudaDeviceSynchronize();
     }
-    cudaMemcpy(host, cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
-    long long mx = 0;
-    for (int i = 0; i < sms; i++) mx = host[i] > mx ? host[i] : mx;
+    const long long mx = slowest_cta(sms, cycles, host);
     const double results = 1024.0 * ITERS * CHAINS * form_results[FORM];
     printf("%-24s %8.2f results / clock / SM (%5.2f instructions / clock; slowest CTA %lld cycles)\n", form_name[FORM],
            results / mx, results / form_results[FORM] / mx, mx);
