@@ -14,6 +14,10 @@
 // body on a 64 x 192 e4m3 key block's share (96 scores a thread: row max, quad shuffles, ex2 of
 // fma(s, scale, -m), row sums) with NT / 128 warps a scheduler (128: one consumer warpgroup alone,
 // 256: two side by side) and prints the cycles of one softmax and the MUFU results a clock an SM.
+// H100 (s53, before the lines below existed): 1200 cycles a softmax at one warp a scheduler (10.2
+// results a clock an SM), 1697 for two (14.5). Session 53 asks why: the pure ex2 loop from one and
+// two warps a scheduler (a per-warp issue limit of MUFU, or the softmax's chains?), the softmax in
+// sm90_softmax's own order (both row maxes, a vote, then the ex2s), and the packing conversions.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o mufu_lab
 // Run:   ./mufu_lab   (then cuobjdump -sass mufu_lab | grep -c MUFU per kernel, to see the SASS form)
 #include <cuda_fp16.h>
@@ -24,16 +28,19 @@
 #define ITERS 4096
 #define CHAINS 8
 
-enum { EX2_F32, EX2_F16X2, EX2_BF16X2, N_FORMS };
-static const char *form_name[N_FORMS] = {"ex2.approx.ftz.f32", "ex2.approx.f16x2", "ex2.approx.ftz.bf16x2"};
-static const int form_results[N_FORMS] = {1, 2, 2}; // 2^x results an instruction
+// The two packing conversions of P_ij (sm90_pack_p) ride along: if they shared the MUFU's 16 lanes
+// (conversions do on some chips), packing would cost an e4m3 key block half its ex2 clocks again.
+enum { EX2_F32, EX2_F16X2, EX2_BF16X2, CVT_E4M3X2, CVT_BF16X2, N_FORMS };
+static const char *form_name[N_FORMS] = {"ex2.approx.ftz.f32", "ex2.approx.f16x2", "ex2.approx.ftz.bf16x2",
+                                         "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.bf16x2.f32"};
+static const int form_results[N_FORMS] = {1, 2, 2, 2, 2}; // results an instruction
 
-template <int FORM>
-__global__ void __launch_bounds__(1024, 1) ex2_loop(uint32_t *sink, long long *cycles) {
+template <int FORM, int NT>
+__global__ void __launch_bounds__(NT, 1) ex2_loop(uint32_t *sink, long long *cycles) {
     uint32_t v[CHAINS];
 #pragma unroll
     for (int c = 0; c < CHAINS; c++) // about 0.5, in each form's encoding (values do not change the rate)
-        v[c] = FORM == EX2_F32 ? 0x3f000000u + threadIdx.x + c : FORM == EX2_BF16X2 ? 0x3f003f01u : 0x38003801u + c;
+        v[c] = FORM == EX2_F16X2 ? 0x38003801u + c : FORM == EX2_BF16X2 ? 0x3f003f01u : 0x3f000000u + threadIdx.x + c;
     __syncthreads();
     const long long t0 = clock64();
     for (int it = 0; it < ITERS; it++) {
@@ -42,7 +49,17 @@ __global__ void __launch_bounds__(1024, 1) ex2_loop(uint32_t *sink, long long *c
             if (FORM == EX2_F32) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
             if (FORM == EX2_F16X2) asm volatile("ex2.approx.f16x2 %0, %0;" : "+r"(v[c]));
             if (FORM == EX2_BF16X2) asm volatile("ex2.approx.ftz.bf16x2 %0, %0;" : "+r"(v[c]));
-            v[c] ^= FORM == EX2_F32 ? 0x80000000u : 0x80008000u; // x <- -2^x
+            if (FORM == CVT_E4M3X2) {
+                uint16_t h;
+                asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "r"(v[c]), "r"(v[c] ^ 1u));
+                v[c] = 0x3f000000u | h; // back to a float near 0.5
+            }
+            if (FORM == CVT_BF16X2) {
+                uint32_t w;
+                asm volatile("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(w) : "r"(v[c]));
+                v[c] = 0x3f000000u | (w & 0xffffu);
+            }
+            if (FORM <= EX2_BF16X2) v[c] ^= FORM == EX2_F32 ? 0x80000000u : 0x80008000u; // x <- -2^x
         }
     }
     __syncthreads();
@@ -112,7 +129,7 @@ static long long slowest_cta(int sms, const long long *cycles, long long *host) 
 // + p, stays in [0, 2]), so every iteration depends on the last and nothing can leave the loop.
 #define SOFTMAX_N 96
 #define SOFTMAX_ITERS 256
-template <int NT>
+template <int NT, bool BOTH_MAX_FIRST>
 __global__ void __launch_bounds__(NT, 1) softmax_loop(float *sink, long long *cycles, float sl2) {
     float S[SOFTMAX_N], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
 #pragma unroll
@@ -120,14 +137,30 @@ __global__ void __launch_bounds__(NT, 1) softmax_loop(float *sink, long long *cy
     __syncthreads();
     const long long t0 = clock64();
     for (int it = 0; it < SOFTMAX_ITERS; it++) {
+        if (BOTH_MAX_FIRST) { // sm90_softmax's order: both rows' maxes, a warp vote, then the ex2s
+            bool grow = false;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float x = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < SOFTMAX_N / 4; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+                grow |= x * sl2 > m_i[r];
+                m_i[r] = fmaxf(m_i[r], x * sl2);
+            }
+            if (__any_sync(0xffffffffu, grow)) l_i[0] *= 0.5f, l_i[1] *= 0.5f;
+        }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float x = -INFINITY;
+            if (!BOTH_MAX_FIRST) { // row by row: this row's max, then its ex2s
+                float x = -INFINITY;
 #pragma unroll
-            for (int nt = 0; nt < SOFTMAX_N / 4; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
-            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-            m_i[r] = fmaxf(m_i[r], x * sl2);
+                for (int nt = 0; nt < SOFTMAX_N / 4; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+                m_i[r] = fmaxf(m_i[r], x * sl2);
+            }
             float sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < SOFTMAX_N / 4; nt++)
@@ -150,29 +183,30 @@ __global__ void __launch_bounds__(NT, 1) softmax_loop(float *sink, long long *cy
     if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-template <int NT>
+template <int NT, bool BOTH_MAX_FIRST>
 static void run_softmax(int sms, float *sink, long long *cycles, long long *host) {
     for (int rep = 0; rep < 3; rep++) { // the first launch warms up; the last one is reported
-        softmax_loop<NT><<<sms, NT>>>(sink, cycles, 0.12752f);
+        softmax_loop<NT, BOTH_MAX_FIRST><<<sms, NT>>>(sink, cycles, 0.12752f);
         cudaDeviceSynchronize();
     }
     const long long mx = slowest_cta(sms, cycles, host);
     const double per = (double)mx / SOFTMAX_ITERS, results = (double)NT * SOFTMAX_N * SOFTMAX_ITERS;
-    printf("softmax of %d scores a thread, %d warp(s) a scheduler: %7.1f cycles each (%.0f MUFU clocks at 16 a "
-           "clock an SM), %5.2f ex2 results / clock / SM\n", SOFTMAX_N, NT / 128, per, NT * SOFTMAX_N / 16.0,
+    printf("softmax of %d scores a thread (%s), %d warp(s) a scheduler: %7.1f cycles each (%.0f MUFU clocks at 16 a "
+           "clock an SM), %5.2f ex2 results / clock / SM\n", SOFTMAX_N,
+           BOTH_MAX_FIRST ? "both maxes first" : "row by row", NT / 128, per, NT * SOFTMAX_N / 16.0,
            results / mx);
 }
 
-template <int FORM>
+template <int FORM, int NT = 1024>
 static void run(int sms, uint32_t *sink, long long *cycles, long long *host) {
     for (int rep = 0; rep < 3; rep++) { // the first launch warms up; the last one is reported
-        ex2_loop<FORM><<<sms, 1024>>>(sink, cycles);
+        ex2_loop<FORM, NT><<<sms, NT>>>(sink, cycles);
         cudaDeviceSynchronize();
     }
     const long long mx = slowest_cta(sms, cycles, host);
-    const double results = 1024.0 * ITERS * CHAINS * form_results[FORM];
-    printf("%-24s %8.2f results / clock / SM (%5.2f instructions / clock; slowest CTA %lld cycles)\n", form_name[FORM],
-           results / mx, results / form_results[FORM] / mx, mx);
+    const double results = (double)NT * ITERS * CHAINS * form_results[FORM];
+    printf("%-28s %d warp(s) a scheduler: %6.2f results / clock / SM (%5.2f instructions / clock; slowest CTA %lld "
+           "cycles)\n", form_name[FORM], NT / 128, results / mx, results / form_results[FORM] / mx, mx);
 }
 
 int main(void) {
@@ -185,8 +219,14 @@ int main(void) {
     run<EX2_F32>(sms, sink, cycles, host);
     run<EX2_F16X2>(sms, sink, cycles, host);
     run<EX2_BF16X2>(sms, sink, cycles, host);
-    run_softmax<128>(sms, (float *)sink, cycles, host);
-    run_softmax<256>(sms, (float *)sink, cycles, host);
+    run<EX2_F32, 128>(sms, sink, cycles, host); // 8 independent chains from one / two warps a scheduler
+    run<EX2_F32, 256>(sms, sink, cycles, host);
+    run<CVT_E4M3X2>(sms, sink, cycles, host);
+    run<CVT_BF16X2>(sms, sink, cycles, host);
+    run_softmax<128, false>(sms, (float *)sink, cycles, host);
+    run_softmax<256, false>(sms, (float *)sink, cycles, host);
+    run_softmax<128, true>(sms, (float *)sink, cycles, host);
+    run_softmax<256, true>(sms, (float *)sink, cycles, host);
     sweep();
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
