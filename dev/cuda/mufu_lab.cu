@@ -17,7 +17,8 @@
 // H100 (s53, before the lines below existed): 1200 cycles a softmax at one warp a scheduler (10.2
 // results a clock an SM), 1697 for two (14.5). Session 53 asks why: the pure ex2 loop from one and
 // two warps a scheduler (a per-warp issue limit of MUFU, or the softmax's chains?), the softmax in
-// sm90_softmax's own order (both row maxes, a vote, then the ex2s), and the packing conversions.
+// sm90_softmax's own order (both row maxes, a vote, then the ex2s) and in column halves with the
+// online max between them, and the packing conversions.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o mufu_lab
 // Run:   ./mufu_lab   (then cuobjdump -sass mufu_lab | grep -c MUFU per kernel, to see the SASS form)
 #include <cuda_fp16.h>
@@ -129,49 +130,90 @@ static long long slowest_cta(int sms, const long long *cycles, long long *host) 
 // + p, stays in [0, 2]), so every iteration depends on the last and nothing can leave the loop.
 #define SOFTMAX_N 96
 #define SOFTMAX_ITERS 256
-template <int NT, bool BOTH_MAX_FIRST>
+// Three orders of the same work. ROW_BY_ROW: a row's max, then its ex2s. BOTH_MAX_FIRST:
+// sm90_softmax's (both rows' maxes, a warp vote, then the ex2s). HALVES: the block's columns in
+// two halves with the online max between them (half 1's max is independent of half 0's ex2s, so
+// its chain can fill the issue slots between them; half 0's P is rescaled where half 1 raised m).
+enum { ROW_BY_ROW, BOTH_MAX_FIRST, HALVES };
+static const char *order_name[3] = {"row by row", "both maxes first", "column halves"};
+
+// The max of row r over columns nt in [n0, n1) of this thread's quad, in log2 units.
+static __device__ __forceinline__ float lab_rowmax(const float *S, int r, int n0, int n1, float sl2) {
+    float x = -INFINITY;
+#pragma unroll
+    for (int nt = n0; nt < n1; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return x * sl2;
+}
+
+// P = 2^(S sl2 - m) of row r over columns [n0, n1), fed back into S; returns the row sum.
+static __device__ __forceinline__ float lab_ex2s(float *S, int r, int n0, int n1, float sl2, float m) {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = n0; nt < n1; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float p;
+            asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(fmaf(S[4 * nt + 2 * r + e], sl2, -m)));
+            S[4 * nt + 2 * r + e] = fmaf(S[4 * nt + 2 * r + e], 0.5f, p);
+            sum += p;
+        }
+    return sum;
+}
+
+template <int NT, int ORDER>
 __global__ void __launch_bounds__(NT, 1) softmax_loop(float *sink, long long *cycles, float sl2) {
+    constexpr int NH = SOFTMAX_N / 8; // n8 column blocks in half the row
     float S[SOFTMAX_N], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < SOFTMAX_N; i++) S[i] = (float)((threadIdx.x * 7 + i * 13) & 31) * (1.f / 32);
     __syncthreads();
     const long long t0 = clock64();
     for (int it = 0; it < SOFTMAX_ITERS; it++) {
-        if (BOTH_MAX_FIRST) { // sm90_softmax's order: both rows' maxes, a warp vote, then the ex2s
+        if (ORDER == ROW_BY_ROW) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                m_i[r] = fmaxf(m_i[r], lab_rowmax(S, r, 0, 2 * NH, sl2));
+                l_i[r] += lab_ex2s(S, r, 0, 2 * NH, sl2, m_i[r]);
+            }
+        }
+        if (ORDER == BOTH_MAX_FIRST) {
             bool grow = false;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                float x = -INFINITY;
-#pragma unroll
-                for (int nt = 0; nt < SOFTMAX_N / 4; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
-                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-                grow |= x * sl2 > m_i[r];
-                m_i[r] = fmaxf(m_i[r], x * sl2);
+                const float x = lab_rowmax(S, r, 0, 2 * NH, sl2);
+                grow |= x > m_i[r];
+                m_i[r] = fmaxf(m_i[r], x);
             }
             if (__any_sync(0xffffffffu, grow)) l_i[0] *= 0.5f, l_i[1] *= 0.5f;
+#pragma unroll
+            for (int r = 0; r < 2; r++) l_i[r] += lab_ex2s(S, r, 0, 2 * NH, sl2, m_i[r]);
         }
+        if (ORDER == HALVES) {
+            float m0[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (!BOTH_MAX_FIRST) { // row by row: this row's max, then its ex2s
-                float x = -INFINITY;
+            for (int r = 0; r < 2; r++) m0[r] = fmaxf(m_i[r], lab_rowmax(S, r, 0, NH, sl2));
 #pragma unroll
-                for (int nt = 0; nt < SOFTMAX_N / 4; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
-                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-                x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-                m_i[r] = fmaxf(m_i[r], x * sl2);
+            for (int r = 0; r < 2; r++) l_i[r] += lab_ex2s(S, r, 0, NH, sl2, m0[r]);
+            bool grow = false;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                m_i[r] = fmaxf(m0[r], lab_rowmax(S, r, NH, 2 * NH, sl2));
+                grow |= m_i[r] > m0[r];
             }
-            float sum = 0.f;
+            if (__any_sync(0xffffffffu, grow)) { // half 0's P and l_i to the new max (the kernel's rare case)
 #pragma unroll
-            for (int nt = 0; nt < SOFTMAX_N / 4; nt++)
+                for (int r = 0; r < 2; r++) {
+                    float c;
+                    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(c) : "f"(m0[r] - m_i[r]));
+                    l_i[r] *= c;
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float p;
-                    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(fmaf(S[4 * nt + 2 * r + e], sl2, -m_i[r])));
-                    S[4 * nt + 2 * r + e] = fmaf(S[4 * nt + 2 * r + e], 0.5f, p);
-                    sum += p;
+                    for (int nt = 0; nt < NH; nt++) S[4 * nt + 2 * r] *= c, S[4 * nt + 2 * r + 1] *= c;
                 }
-            l_i[r] += sum;
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) l_i[r] += lab_ex2s(S, r, NH, 2 * NH, sl2, m_i[r]);
         }
     }
     __syncthreads();
@@ -183,18 +225,17 @@ __global__ void __launch_bounds__(NT, 1) softmax_loop(float *sink, long long *cy
     if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-template <int NT, bool BOTH_MAX_FIRST>
+template <int NT, int ORDER>
 static void run_softmax(int sms, float *sink, long long *cycles, long long *host) {
     for (int rep = 0; rep < 3; rep++) { // the first launch warms up; the last one is reported
-        softmax_loop<NT, BOTH_MAX_FIRST><<<sms, NT>>>(sink, cycles, 0.12752f);
+        softmax_loop<NT, ORDER><<<sms, NT>>>(sink, cycles, 0.12752f);
         cudaDeviceSynchronize();
     }
     const long long mx = slowest_cta(sms, cycles, host);
     const double per = (double)mx / SOFTMAX_ITERS, results = (double)NT * SOFTMAX_N * SOFTMAX_ITERS;
     printf("softmax of %d scores a thread (%s), %d warp(s) a scheduler: %7.1f cycles each (%.0f MUFU clocks at 16 a "
-           "clock an SM), %5.2f ex2 results / clock / SM\n", SOFTMAX_N,
-           BOTH_MAX_FIRST ? "both maxes first" : "row by row", NT / 128, per, NT * SOFTMAX_N / 16.0,
-           results / mx);
+           "clock an SM), %5.2f ex2 results / clock / SM\n", SOFTMAX_N, order_name[ORDER], NT / 128, per,
+           NT * SOFTMAX_N / 16.0, results / mx);
 }
 
 template <int FORM, int NT = 1024>
@@ -223,10 +264,12 @@ int main(void) {
     run<EX2_F32, 256>(sms, sink, cycles, host);
     run<CVT_E4M3X2>(sms, sink, cycles, host);
     run<CVT_BF16X2>(sms, sink, cycles, host);
-    run_softmax<128, false>(sms, (float *)sink, cycles, host);
-    run_softmax<256, false>(sms, (float *)sink, cycles, host);
-    run_softmax<128, true>(sms, (float *)sink, cycles, host);
-    run_softmax<256, true>(sms, (float *)sink, cycles, host);
+    run_softmax<128, ROW_BY_ROW>(sms, (float *)sink, cycles, host);
+    run_softmax<256, ROW_BY_ROW>(sms, (float *)sink, cycles, host);
+    run_softmax<128, BOTH_MAX_FIRST>(sms, (float *)sink, cycles, host);
+    run_softmax<256, BOTH_MAX_FIRST>(sms, (float *)sink, cycles, host);
+    run_softmax<128, HALVES>(sms, (float *)sink, cycles, host);
+    run_softmax<256, HALVES>(sms, (float *)sink, cycles, host);
     sweep();
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
