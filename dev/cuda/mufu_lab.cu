@@ -31,10 +31,14 @@
 
 // The two packing conversions of P_ij (sm90_pack_p) ride along: if they shared the MUFU's 16 lanes
 // (conversions do on some chips), packing would cost an e4m3 key block half its ex2 clocks again.
-enum { EX2_F32, EX2_F16X2, EX2_BF16X2, CVT_E4M3X2, CVT_BF16X2, N_FORMS };
+// MIX_*: an ex2 then a conversion of its result in each chain step: ~16 instructions a clock an SM
+// if the conversion shares the MUFU's lanes, up to 32 if it has its own.
+enum { EX2_F32, EX2_F16X2, EX2_BF16X2, CVT_E4M3X2, CVT_BF16X2, MIX_E4M3, MIX_BF16, N_FORMS };
 static const char *form_name[N_FORMS] = {"ex2.approx.ftz.f32", "ex2.approx.f16x2", "ex2.approx.ftz.bf16x2",
-                                         "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.bf16x2.f32"};
-static const int form_results[N_FORMS] = {1, 2, 2, 2, 2}; // results an instruction
+                                         "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.bf16x2.f32",
+                                         "ex2.f32 + cvt.e4m3x2", "ex2.f32 + cvt.bf16x2"};
+static const int form_results[N_FORMS] = {1, 2, 2, 2, 2, 1, 1}; // results an instruction (MIX: instructions)
+static const int form_instrs[N_FORMS] = {1, 1, 1, 1, 1, 2, 2};  // XU-candidate instructions a chain step
 
 template <int FORM, int NT>
 __global__ void __launch_bounds__(NT, 1) ex2_loop(uint32_t *sink, long long *cycles) {
@@ -47,15 +51,15 @@ __global__ void __launch_bounds__(NT, 1) ex2_loop(uint32_t *sink, long long *cyc
     for (int it = 0; it < ITERS; it++) {
 #pragma unroll
         for (int c = 0; c < CHAINS; c++) {
-            if (FORM == EX2_F32) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
+            if (FORM == EX2_F32 || FORM >= MIX_E4M3) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
             if (FORM == EX2_F16X2) asm volatile("ex2.approx.f16x2 %0, %0;" : "+r"(v[c]));
             if (FORM == EX2_BF16X2) asm volatile("ex2.approx.ftz.bf16x2 %0, %0;" : "+r"(v[c]));
-            if (FORM == CVT_E4M3X2) {
+            if (FORM == CVT_E4M3X2 || FORM == MIX_E4M3) {
                 uint16_t h;
                 asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "r"(v[c]), "r"(v[c] ^ 1u));
                 v[c] = 0x3f000000u | h; // back to a float near 0.5
             }
-            if (FORM == CVT_BF16X2) {
+            if (FORM == CVT_BF16X2 || FORM == MIX_BF16) {
                 uint32_t w;
                 asm volatile("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(w) : "r"(v[c]));
                 v[c] = 0x3f000000u | (w & 0xffffu);
@@ -245,7 +249,7 @@ static void run(int sms, uint32_t *sink, long long *cycles, long long *host) {
         cudaDeviceSynchronize();
     }
     const long long mx = slowest_cta(sms, cycles, host);
-    const double results = (double)NT * ITERS * CHAINS * form_results[FORM];
+    const double results = (double)NT * ITERS * CHAINS * form_results[FORM] * form_instrs[FORM];
     printf("%-28s %d warp(s) a scheduler: %6.2f results / clock / SM (%5.2f instructions / clock; slowest CTA %lld "
            "cycles)\n", form_name[FORM], NT / 128, results / mx, results / form_results[FORM] / mx, mx);
 }
@@ -264,6 +268,8 @@ int main(void) {
     run<EX2_F32, 256>(sms, sink, cycles, host);
     run<CVT_E4M3X2>(sms, sink, cycles, host);
     run<CVT_BF16X2>(sms, sink, cycles, host);
+    run<MIX_E4M3>(sms, sink, cycles, host);
+    run<MIX_BF16>(sms, sink, cycles, host);
     run_softmax<128, ROW_BY_ROW>(sms, (float *)sink, cycles, host);
     run_softmax<256, ROW_BY_ROW>(sms, (float *)sink, cycles, host);
     run_softmax<128, BOTH_MAX_FIRST>(sms, (float *)sink, cycles, host);
