@@ -19,6 +19,11 @@
 // two warps a scheduler (a per-warp issue limit of MUFU, or the softmax's chains?), the softmax in
 // sm90_softmax's own order (both row maxes, a vote, then the ex2s) and in column halves with the
 // online max between them, and the packing conversions.
+// Answers (H100, bench/results/h100-2026-12-07-s53.txt calls 3-4): the pure ex2 loop gets 15.1 of 16
+// a clock from one warp a scheduler, so the softmax's 10.2 is its own chains, not a per-warp MUFU
+// limit; its orders at one / two warps: row by row 1200 / 1697 cycles, sm90_softmax's 1113 / 1883,
+// column halves 1048 / 1671 (the kernel in halves, patch 0034, was 0.92-0.99x slower all the same).
+// cvt.e4m3x2 runs 16 a clock an SM, and an ex2 + cvt mix 30.5: its own pipe, not the MUFU's.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a dev/cuda/mufu_lab.cu -o mufu_lab
 // Run:   ./mufu_lab   (then cuobjdump -sass mufu_lab | grep -c MUFU per kernel, to see the SASS form)
 #include <cuda_fp16.h>
