@@ -34,8 +34,8 @@
 #define ITERS 4096
 #define CHAINS 8
 
-// The two packing conversions of P_ij (sm90_pack_p) ride along: if they shared the MUFU's 16 lanes
-// (conversions do on some chips), packing would cost an e4m3 key block half its ex2 clocks again.
+// The two packing conversions of P_ij (sm90_pack_p) ride along: if they shared the MUFU's 16 lanes,
+// packing would cost an e4m3 key block half its ex2 clocks again (48 cvts a thread to 96 ex2s).
 // MIX_*: an ex2 then a conversion of its result in each chain step: ~16 instructions a clock an SM
 // if the conversion shares the MUFU's lanes, up to 32 if it has its own.
 enum { EX2_F32, EX2_F16X2, EX2_BF16X2, CVT_E4M3X2, CVT_BF16X2, MIX_E4M3, MIX_BF16, N_FORMS };
