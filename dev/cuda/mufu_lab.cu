@@ -10,7 +10,7 @@
 // independent chains a thread, x <- 2^(-x) (stays in [0.5, 1]); thread 0 of each CTA times the loop by clock64.
 // Second question (session 52): does one warp a scheduler get that rate out of a softmax? 0033
 // fp8-ex2turn (the e4m3 consumers' softmaxes one after the other) lost 12-19% at D = 128, as if one
-// consumer's softmax alone ran well below the MUFU's rate. softmax_loop<NT> runs sm90_softmax's
+// consumer's softmax alone ran well below the MUFU's rate. softmax_loop<NT, ORDER> runs sm90_softmax's
 // body on a 64 x 192 e4m3 key block's share (96 scores a thread: row max, quad shuffles, ex2 of
 // fma(s, scale, -m), row sums) with NT / 128 warps a scheduler (128: one consumer warpgroup alone,
 // 256: two side by side) and prints the cycles of one softmax and the MUFU results a clock an SM.
