@@ -355,6 +355,29 @@ static __device__ __forceinline__ bool sm90_fwd_merge(const flashc_fwd_params &p
     return true;
 }
 
+// Row r's max over this thread's quad (log2 units), and P_ij = 2^(S_ij sl2 - ms) of row r in place
+// (returning the row's partial sum): the two halves of the softmax, shared by both orders below.
+template <int BN>
+static __device__ __forceinline__ float sm90_row_max(const float *S, int r, float sl2) {
+    float x = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
+    return quad_max(x) * sl2;
+}
+template <int BN>
+static __device__ __forceinline__ float sm90_row_exp(float *S, int r, float sl2, float ms) {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float x = ex2(fmaf(S[4 * nt + 2 * r + e], sl2, -ms));
+            S[4 * nt + 2 * r + e] = x;
+            sum += x;
+        }
+    return sum;
+}
+
 // Online softmax of one key block, S in log2 units up to the factor sl2 (Alg. 1 lines 9-10):
 // m_new = max(m_i, rowmax(S_ij)); P_ij = exp2(S_ij sl2 - m_new) in place; l_i = alpha l_i + rowsum(P_ij).
 // As in the mma.sync kernel, m_i moves only when a row's max grew by more than 8 (log2 units):
@@ -364,15 +387,31 @@ static __device__ __forceinline__ bool sm90_fwd_merge(const flashc_fwd_params &p
 // (H200, test_fp8, Sk >= 129). Returns whether O_i must be multiplied by alpha (warp-uniform).
 template <typename T, int BN>
 static __device__ __forceinline__ bool sm90_softmax(float *S, float *m_i, float *l_i, float *alpha, float sl2) {
+    // e4m3 on 192-key blocks: row by row (a row's max, alpha, then its ex2s), one vote at the end.
+    // e4m3's two consumers run their softmaxes side by side (no turns), where mufu_lab timed this
+    // order at 1697 cycles against 1883 both maxes first (two warps a scheduler, NOTES s53). H100,
+    // one process, two runs against both maxes first (bench/results/h100-2026-12-08-s54.txt call
+    // 2): D = 128 on 2 x 192 (S >= 2048) 1.008-1.021x (causal 2048 0.998x); on the 2 x 128 tile
+    // (S = 1024) 0.91x, causal 0.98x, and e4m3 D = 256 (2 x 128) 0.985-1.002x, which keep the order below.
+    if constexpr (sm90_elem<T>::FP8 && BN % 128 != 0) {
+        bool grow = false;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float m_new = fmaxf(m_i[r], sm90_row_max<BN>(S, r, sl2)), ms = m_new == -INFINITY ? 0.f : m_new;
+            grow |= m_new > m_i[r];
+            alpha[r] = ex2(m_i[r] - ms); // 1 where m_i did not move
+            m_i[r] = m_new;
+            l_i[r] *= alpha[r];
+            l_i[r] += sm90_row_exp<BN>(S, r, sl2, ms);
+        }
+        return __any_sync(0xffffffffu, grow);
+    }
     constexpr float M_SLACK = sm90_elem<T>::FP8 ? 0.f : 8.f;
     float mx[2];
     bool grow = false;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float x = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) x = fmaxf(x, fmaxf(S[4 * nt + 2 * r], S[4 * nt + 2 * r + 1]));
-        mx[r] = quad_max(x) * sl2;
+        mx[r] = sm90_row_max<BN>(S, r, sl2);
         grow |= mx[r] > m_i[r] + M_SLACK;
     }
     const bool rescale = __any_sync(0xffffffffu, grow);
@@ -386,19 +425,7 @@ static __device__ __forceinline__ bool sm90_softmax(float *S, float *m_i, float 
         }
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float ms = m_i[r] == -INFINITY ? 0.f : m_i[r];
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float x = ex2(fmaf(S[4 * nt + 2 * r + e], sl2, -ms));
-                S[4 * nt + 2 * r + e] = x;
-                sum += x;
-            }
-        l_i[r] += sum;
-    }
+    for (int r = 0; r < 2; r++) l_i[r] += sm90_row_exp<BN>(S, r, sl2, m_i[r] == -INFINITY ? 0.f : m_i[r]);
     return rescale;
 }
 
