@@ -83,12 +83,15 @@ seed_objects() { # TREE
 case "${1:-}" in
 pack)
     rm -rf build-gpu/pack build-gpu/carry
+    for tree in /tmp/pending/*; do # every earlier variant's worktree, deleted patches' too
+        [ -d "$tree" ] && { git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"; }
+    done
+    git worktree prune
     sh dev/cuda/carry.sh add main
     for p in dev/cuda/patches/0*.patch; do
         [ -e "$p" ] || continue # no patch pending: main alone
         n=$(name_of "$p")
         tree=/tmp/pending/$n
-        [ -d "$tree" ] && git worktree remove --force "$tree"
         git worktree add -q --detach "$tree" HEAD
         git -C "$tree" am -q -3 "$PWD/$p"
         seed_objects "$tree"
