@@ -393,7 +393,7 @@ static __device__ __forceinline__ bool sm90_softmax(float *S, float *m_i, float 
     // one process, two runs against both maxes first (bench/results/h100-2026-12-08-s54.txt call
     // 2): D = 128 on 2 x 192 (S >= 2048) 1.008-1.021x (causal 2048 0.998x); on the 2 x 128 tile
     // (S = 1024) 0.91x, causal 0.98x, and e4m3 D = 256 (2 x 128) 0.985-1.002x, which keep the order below.
-    if constexpr (sm90_elem<T>::FP8 && BN % 128 != 0) {
+    if constexpr (sm90_elem<T>::FP8 && BN == 192) {
         bool grow = false;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
